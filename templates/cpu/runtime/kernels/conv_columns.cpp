@@ -39,6 +39,30 @@ void Columns::copy(const float* image, float* columns) const {
   }
 }
 
+void Columns::add_plane(const float* image_columns, int64_t tap_step, int64_t position_step,
+                        int64_t b, int64_t c, float* dx) const {
+  const int64_t h = x[2], wd = x[3], oh = y[2], ow = y[3], kh = w[2], kw = w[3];
+  const int64_t step = xs.step(), across = g.strides[1] * step;
+  float* plane = dx + xs.at(b, c);
+  for (int64_t q = 0; q < h * wd; ++q) plane[q * step] = 0.0f;
+  for (int64_t i = 0; i < kh; ++i) {
+    const int64_t row_tap = i * g.dilations[0] - g.pads[0];
+    const int64_t y0 = std::min(oh, first_inside(row_tap, g.strides[0]));
+    const int64_t y1 = std::max(y0, end_inside(row_tap, g.strides[0], h, oh));
+    for (int64_t j = 0; j < kw; ++j) {
+      const int64_t col_tap = j * g.dilations[1] - g.pads[1];
+      const int64_t x0 = std::min(ow, first_inside(col_tap, g.strides[1]));
+      const int64_t x1 = std::max(x0, end_inside(col_tap, g.strides[1], wd, ow));
+      const float* tap = image_columns + ((c * kh + i) * kw + j) * tap_step;
+      for (int64_t oy = y0; oy < y1; ++oy) {
+        float* in_row = plane + ((oy * g.strides[0] + row_tap) * wd + col_tap) * step;
+        const float* at = tap + oy * ow * position_step;
+        for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox * position_step];
+      }
+    }
+  }
+}
+
 bool float32_only(const Node& n) {
   for (const auto* side : {&n.in, &n.out})
     for (const TensorRef& t : *side)
@@ -190,41 +214,14 @@ class ColumnsConv2DBackpropInput : public ColumnsKernel {
     }
   }
 
-  // dx[b, c, iy, ix] = the sum of columns[(b, oy, ox)][(c, i, j)] over the taps and positions
-  // that read it (iy = oy * stride + i * dilation - pad), 0 where none does.
+  // dx = col2im of the batch's columns (positions x taps), the team splitting channels.
   void add_columns(const float* columns, float* dx) const {
-    const Shape &x = geometry_.x, &y = geometry_.y, &w = geometry_.w;
-    const int64_t batch = x[0], channels = x[1], h = x[2], wd = x[3];
-    const int64_t oh = y[2], ow = y[3], kh = w[2], kw = w[3], taps = geometry_.taps();
-    const ConvGeometry g = geometry_.g;
-    const Planes xs = geometry_.xs;
-    const int64_t step = xs.step(), across = g.strides[1] * step;
+    const int64_t batch = geometry_.x[0], taps = geometry_.taps();
+    const int64_t area = geometry_.y[2] * geometry_.y[3];
 #pragma omp for schedule(static)
-    for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t b = 0; b < batch; ++b) {
-        float* plane = dx + xs.at(b, c);
-        for (int64_t q = 0; q < h * wd; ++q) plane[q * step] = 0.0f;
-      }
-      for (int64_t i = 0; i < kh; ++i) {
-        const int64_t row_tap = i * g.dilations[0] - g.pads[0];
-        const int64_t y0 = std::min(oh, first_inside(row_tap, g.strides[0]));
-        const int64_t y1 = std::max(y0, end_inside(row_tap, g.strides[0], h, oh));
-        for (int64_t j = 0; j < kw; ++j) {
-          const int64_t col_tap = j * g.dilations[1] - g.pads[1];
-          const int64_t x0 = std::min(ow, first_inside(col_tap, g.strides[1]));
-          const int64_t x1 = std::max(x0, end_inside(col_tap, g.strides[1], wd, ow));
-          const float* from = columns + (c * kh + i) * kw + j;
-          for (int64_t b = 0; b < batch; ++b) {
-            float* plane = dx + xs.at(b, c);
-            for (int64_t oy = y0; oy < y1; ++oy) {
-              float* in_row = plane + ((oy * g.strides[0] + row_tap) * wd + col_tap) * step;
-              const float* at = from + ((b * oh + oy) * ow) * taps;
-              for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox * taps];
-            }
-          }
-        }
-      }
-    }
+    for (int64_t c = 0; c < geometry_.x[1]; ++c)
+      for (int64_t b = 0; b < batch; ++b)
+        geometry_.add_plane(columns + b * area * taps, 1, taps, b, c, dx);
   }
 
   int dy_, w_, dx_;
@@ -350,35 +347,10 @@ class ImageColumnsDataGradient : public Kernel {
     return regrouped;
   }
 
-  // dx[b, c, iy, ix] = the sum of columns[(c, i, j)][(oy, ox)] over the taps that read it
-  // (iy = oy * stride + i * dilation - pad), in tap order; 0 where none does.
+  // dx[b] = col2im of image b's columns (taps x area).
   void add_columns(const float* columns, float* dx, int64_t b) const {
-    const Shape &x = geometry_.x, &w = geometry_.w;
-    const int64_t channels = x[1], h = x[2], wd = x[3];
-    const int64_t oh = geometry_.y[2], ow = geometry_.y[3], kh = w[2], kw = w[3];
-    const ConvGeometry g = geometry_.g;
-    const Planes xs = geometry_.xs;
-    const int64_t step = xs.step(), across = g.strides[1] * step;
-    for (int64_t c = 0; c < channels; ++c) {
-      float* plane = dx + xs.at(b, c);
-      for (int64_t q = 0; q < h * wd; ++q) plane[q * step] = 0.0f;
-      for (int64_t i = 0; i < kh; ++i) {
-        const int64_t row_tap = i * g.dilations[0] - g.pads[0];
-        const int64_t y0 = std::min(oh, first_inside(row_tap, g.strides[0]));
-        const int64_t y1 = std::max(y0, end_inside(row_tap, g.strides[0], h, oh));
-        for (int64_t j = 0; j < kw; ++j) {
-          const int64_t col_tap = j * g.dilations[1] - g.pads[1];
-          const int64_t x0 = std::min(ow, first_inside(col_tap, g.strides[1]));
-          const int64_t x1 = std::max(x0, end_inside(col_tap, g.strides[1], wd, ow));
-          const float* row = columns + ((c * kh + i) * kw + j) * oh * ow;
-          for (int64_t oy = y0; oy < y1; ++oy) {
-            float* in_row = plane + ((oy * g.strides[0] + row_tap) * wd + col_tap) * step;
-            const float* at = row + oy * ow;
-            for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox];
-          }
-        }
-      }
-    }
+    for (int64_t c = 0; c < geometry_.x[1]; ++c)
+      geometry_.add_plane(columns, map(), 1, b, c, dx);
   }
 
   Columns geometry_;

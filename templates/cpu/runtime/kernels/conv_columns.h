@@ -55,6 +55,12 @@ struct Columns {
   // where the tap reads padding: taps() rows of positions() floats, split over the team of
   // the parallel region it is called in (an orphaned `omp for`).
   void copy(const float* x, float* columns) const;
+  // col2im of one plane: dx[b, c] = the sum of its taps' columns over the positions that read
+  // each pixel (iy = oy * stride + i * dilation - pad), taps in order, 0 where none does. The
+  // column of tap (c, i, j) at output position (oy, ox) of image b is
+  // image_columns[tap * tap_step + (oy * OW + ox) * position_step].
+  void add_plane(const float* image_columns, int64_t tap_step, int64_t position_step,
+                 int64_t b, int64_t c, float* dx) const;
 };
 
 // Whether every tensor of node `n` is float32 (what the runtime's own convolution kernels
