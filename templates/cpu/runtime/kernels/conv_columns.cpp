@@ -41,23 +41,29 @@ void Columns::copy(const float* image, float* columns) const {
 
 void Columns::add_plane(const float* image_columns, int64_t tap_step, int64_t position_step,
                         int64_t b, int64_t c, float* dx) const {
+  // Locals, not members, in the loops: GCC then keeps the geometry in registers.
   const int64_t h = x[2], wd = x[3], oh = y[2], ow = y[3], kh = w[2], kw = w[3];
-  const int64_t step = xs.step(), across = g.strides[1] * step;
+  const ConvGeometry geo = g;
+  const int64_t step = xs.step(), across = geo.strides[1] * step;
   float* plane = dx + xs.at(b, c);
   for (int64_t q = 0; q < h * wd; ++q) plane[q * step] = 0.0f;
   for (int64_t i = 0; i < kh; ++i) {
-    const int64_t row_tap = i * g.dilations[0] - g.pads[0];
-    const int64_t y0 = std::min(oh, first_inside(row_tap, g.strides[0]));
-    const int64_t y1 = std::max(y0, end_inside(row_tap, g.strides[0], h, oh));
+    const int64_t row_tap = i * geo.dilations[0] - geo.pads[0];
+    const int64_t y0 = std::min(oh, first_inside(row_tap, geo.strides[0]));
+    const int64_t y1 = std::max(y0, end_inside(row_tap, geo.strides[0], h, oh));
     for (int64_t j = 0; j < kw; ++j) {
-      const int64_t col_tap = j * g.dilations[1] - g.pads[1];
-      const int64_t x0 = std::min(ow, first_inside(col_tap, g.strides[1]));
-      const int64_t x1 = std::max(x0, end_inside(col_tap, g.strides[1], wd, ow));
+      const int64_t col_tap = j * geo.dilations[1] - geo.pads[1];
+      const int64_t x0 = std::min(ow, first_inside(col_tap, geo.strides[1]));
+      const int64_t x1 = std::max(x0, end_inside(col_tap, geo.strides[1], wd, ow));
       const float* tap = image_columns + ((c * kh + i) * kw + j) * tap_step;
       for (int64_t oy = y0; oy < y1; ++oy) {
-        float* in_row = plane + ((oy * g.strides[0] + row_tap) * wd + col_tap) * step;
+        float* in_row = plane + ((oy * geo.strides[0] + row_tap) * wd + col_tap) * step;
         const float* at = tap + oy * ow * position_step;
-        for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox * position_step];
+        if (position_step == 1) {  // an image's own columns: a row read in order
+          for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox];
+        } else {
+          for (int64_t ox = x0; ox < x1; ++ox) in_row[ox * across] += at[ox * position_step];
+        }
       }
     }
   }
