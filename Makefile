@@ -40,7 +40,8 @@ demo: $(VENV)/.installed-demo
 KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernels.py \
 	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
 	tests/codegen/test_onnx_node_conformance.py tests/codegen/test_weight_packs.py \
-	tests/codegen/test_kernel_dtypes.py tests/codegen/test_filter_grads.py
+	tests/codegen/test_kernel_dtypes.py tests/codegen/test_filter_grads.py \
+	tests/codegen/test_conv_columns.py tests/codegen/test_conv_leaky_fold.py
 
 # Two workers, a test file each at a time (module fixtures build once): most tests plan in
 # one Python thread, so two cores finish the suite in ~60% of one worker's time.
