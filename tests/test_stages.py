@@ -53,8 +53,9 @@ def test_a_stage_runs_on_what_the_earlier_ones_decided():
 def test_step_passes_are_checked_after_each_rewrite():
     g = prepare(SPEC)
     assert [name for name, _ in STEP_PASSES] == ["for cores", "conv layouts",
-                                                "norm activations", "sum activations", "norm sums",
-                                                "collectives", "blocked images"]
+                                                "norm activations", "conv activations",
+                                                "sum activations", "norm sums", "collectives",
+                                                "blocked images"]
     assert step_graph(g, StepChoices()) is g
     conv = next(n.name for n in g.nodes if n.op == "Conv2D")
     with pytest.raises(ValueError, match=conv):
