@@ -72,6 +72,8 @@ MODELS = {
     # the strategies table's ResNet-50 (bench_cpu_strategies.py), issue 60's roofline line
     "resnet-50-b32": ("resnet", dict(depth=50, batch=32, image=64, width=0.25, classes=100)),
     "gpt": ("gpt", dict(batch=8, seq=64, dim=128, heads=4, layers=2, vocab=512)),
+    # the strategies table's DCGAN (bench_cpu_strategies.py): its roofline and variants
+    "dcgan": ("dcgan", dict(batch=32)),
 }
 LOADER_BATCH = 16
 
