@@ -100,14 +100,15 @@ def alternative(graph: Graph, node: Node, blocked: bool = False) -> str | None:
     most COLUMNS_AREA pixels, channels-last for every other; else none."""
     if node.op not in CONVOLUTIONS:
         return None
-    one_group = node.attrs.get("groups", 1) == 1 and all(
+    # what the runtime's own kernels take (conv_columns.h's columns_apply)
+    columns_apply = node.attrs.get("groups", 1) == 1 and all(
         graph.tensor(t).dtype == "float32" for t in (*node.inputs, *node.outputs))
-    if node.op in IMAGE_COLUMNS_OPS and one_group \
+    if node.op in IMAGE_COLUMNS_OPS and columns_apply \
             and _operand(graph, node, "x").shape[1] < FEW_CHANNELS:
         return IMAGE_COLUMNS
     if blocked:
         return None
-    if node.op in COLUMNS_OPS and one_group:
+    if node.op in COLUMNS_OPS and columns_apply:
         y = _operand(graph, node, "y")   # the forward's output (or dy)
         if y.shape[2] * y.shape[3] <= COLUMNS_AREA:
             return COLUMNS

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node
-from planner.ops import get_op
+from planner.ops.fused_activation import folded_attrs
 
 
 def fold_conv_leakies(graph: Graph) -> Graph:
@@ -64,7 +64,7 @@ def fold_conv_leakies(graph: Graph) -> Graph:
         if n.name in leaky_after:
             act = leaky_after[n.name]
             n = n.model_copy(update={
-                "attrs": {**n.attrs, "activation": "leaky_relu", "alpha": _slope(act)},
+                "attrs": {**n.attrs, **folded_attrs(act.op, act.attrs)},
                 "outputs": act.outputs})
         elif n.op == "LeakyReluGrad" and n.inputs[1] in read_for:
             n = n.model_copy(update={"inputs": (n.inputs[0], read_for[n.inputs[1]])})
@@ -75,7 +75,7 @@ def fold_conv_leakies(graph: Graph) -> Graph:
 
 
 def _slope(node: Node) -> float:
-    return get_op(node.op).normalize_attrs(node.attrs)["alpha"]
+    return folded_attrs(node.op, node.attrs)["alpha"]
 
 
 def _leaky_after(graph: Graph, conv: Node) -> Node | None:

@@ -63,7 +63,7 @@ import math
 
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node
-from planner.ops import get_op
+from planner.ops.fused_activation import folded_attrs
 
 
 def fold_norm_relus(graph: Graph) -> Graph:
@@ -84,26 +84,18 @@ def fold_norm_relus(graph: Graph) -> Graph:
         if n.name in forward:
             relu = forward[n.name]
             nodes.append(n.model_copy(update={
-                "attrs": {**n.attrs, **_activation_attrs(relu)},
+                "attrs": {**n.attrs, **folded_attrs(relu.op, relu.attrs)},
                 "outputs": (relu.outputs[0], *n.outputs[1:])}))
         elif n.name in backward:
             relu_grad = backward[n.name]
             bias = graph.producer[n.inputs[3]].inputs[2]
             nodes.append(n.model_copy(update={
-                "attrs": {**n.attrs, **_activation_attrs(relu_grad)},
+                "attrs": {**n.attrs, **folded_attrs(relu_grad.op, relu_grad.attrs)},
                 "inputs": (relu_grad.inputs[0], *n.inputs[1:], bias)}))
         else:
             nodes.append(n)
     return check_graph(graph.model_copy(update={
         "nodes": tuple(nodes), "tensors": tuple(t for t in graph.tensors if t.name not in gone)}))
-
-
-def _activation_attrs(node: Node) -> dict:
-    """The activation attrs a folded Relu, LeakyRelu or either's gradient gives its norm."""
-    if node.op in ("LeakyRelu", "LeakyReluGrad"):
-        return {"activation": "leaky_relu",
-                "alpha": get_op(node.op).normalize_attrs(node.attrs)["alpha"]}
-    return {"activation": "relu"}
 
 
 def _relu_after(graph: Graph, bn: Node) -> Node | None:

@@ -43,6 +43,18 @@ def activation(attrs: Attrs) -> str:
     return attrs.get("activation") or "none"
 
 
+def folded_attrs(op: str, attrs: Attrs) -> Attrs:
+    """The activation attrs a folded Relu or LeakyRelu node (or either's gradient), op `op`
+    with `attrs`, gives the op it folds into: `activation` and a LeakyRelu's `alpha`.
+
+    >>> folded_attrs("LeakyReluGrad", {}), folded_attrs("Relu", {})
+    ({'activation': 'leaky_relu', 'alpha': 0.01}, {'activation': 'relu'})
+    """
+    if op in ("LeakyRelu", "LeakyReluGrad"):
+        return {"activation": "leaky_relu", "alpha": get_op(op).normalize_attrs(attrs)["alpha"]}
+    return {"activation": "relu"}
+
+
 def check_activation(op: str, attrs: Attrs, y: TensorType,
                      kinds: tuple[str, ...] = RELU_ONLY) -> None:
     """Refuse an activation not among `kinds` (the op's), leaky_relu without its slope, or an

@@ -160,19 +160,23 @@ def test_cpu_steps_fold_and_gpu_steps_do_not():
     assert _folded_ops(step_graph(plain, preset("h100-80gb"))) == _folded_ops(plain)
 
 
-def test_a_folded_norm_differentiates_as_its_parts():
+@pytest.mark.parametrize(("act", "attrs", "folded"), [
+    ("Relu", {}, {"activation": "relu"}),
+    ("LeakyRelu", {"alpha": 0.2}, {"activation": "leaky_relu", "alpha": 0.2})])
+def test_a_folded_norm_differentiates_as_its_parts(act, attrs, folded):
     """A graph written after the fold (planner graph -o, then planner plan --train) trains
-    too: BatchNorm with its Relu has the gradient of the two ops it replaced."""
+    too: BatchNorm with its Relu or LeakyRelu has the gradient of the two ops it replaced
+    (the LeakyRelu's read from its output: the same mask for a positive slope)."""
     from planner.graph.autodiff import gradients
     from planner.graph.interpret import init_params, random_feeds, run
 
     b = GraphBuilder("layer")
     y = batch_norm(b, b.input("x", (2, 3, 4, 4)), name="bn")
-    plain_forward = b.build(outputs=[b.op("Sigmoid", [b.op("Relu", [y], name="relu")],
+    plain_forward = b.build(outputs=[b.op("Sigmoid", [b.op(act, [y], attrs, name="relu")],
                                           name="out")])
-    nodes = [n.model_copy(update={"attrs": {**n.attrs, "activation": "relu"},
+    nodes = [n.model_copy(update={"attrs": {**n.attrs, **folded},
                                   "outputs": ("relu", *n.outputs[1:])})
-             if n.op == "BatchNorm" else n for n in plain_forward.nodes if n.op != "Relu"]
+             if n.op == "BatchNorm" else n for n in plain_forward.nodes if n.op != act]
     folded_forward = check_graph(plain_forward.model_copy(update={
         "nodes": tuple(nodes),
         "tensors": tuple(t for t in plain_forward.tensors if t.name != y)}))
