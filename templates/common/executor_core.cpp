@@ -25,8 +25,9 @@ void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
     out->push_back(tensor_ref(s, s.args[op.first_output + a]));
 }
 
-ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend)
-    : loaded_(schedule_path, backend) {
+ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend,
+                           const Concrete* concrete)
+    : loaded_(schedule_path, backend, concrete) {
   stats_.assign(schedule().num_ops, OpStats{});
   written_.assign(schedule().num_tensors, 0);
 }

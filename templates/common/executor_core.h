@@ -30,7 +30,7 @@ void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
 
 class ExecutorCore {
  public:
-  ExecutorCore(const std::string& schedule_path, int backend);
+  ExecutorCore(const std::string& schedule_path, int backend, const Concrete* concrete = nullptr);
   ExecutorCore(const ExecutorCore&) = delete;
   ExecutorCore& operator=(const ExecutorCore&) = delete;
   virtual ~ExecutorCore();

@@ -19,17 +19,19 @@ std::string op_label(const OpSpec& op) {
   return std::string("op '") + op.name + "' (" + op.op + ")";
 }
 
-LoadedSchedule::LoadedSchedule(const std::string& path, int backend) {
+LoadedSchedule::LoadedSchedule(const std::string& path, int backend, const Concrete* concrete) {
   lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib_) throw std::runtime_error("cannot load schedule " + path + ": " + dlerror());
   using Get = const Schedule* (*)();
   auto get = reinterpret_cast<Get>(dlsym(lib_, "planner_schedule"));
   if (!get) throw std::runtime_error(path + " exports no planner_schedule");
   s_ = get();
+  if (concrete) concretize(*concrete, path);
   index(path, backend);
 }
 
-LoadedSchedule::LoadedSchedule(const LoadedSchedule& training, const char* symbol)
+LoadedSchedule::LoadedSchedule(const LoadedSchedule& training, const char* symbol,
+                               const Concrete* concrete)
     : training_(&training.get()) {
   using Get = const Schedule* (*)();
   auto get = reinterpret_cast<Get>(training.exports(symbol) ? dlsym(training.lib_, symbol)
@@ -38,7 +40,44 @@ LoadedSchedule::LoadedSchedule(const LoadedSchedule& training, const char* symbo
     throw std::runtime_error(std::string("plan '") + training.get().name + "' has no " +
                              symbol + " (it was planned without one)");
   s_ = get();
-  index(std::string(symbol) + " of plan '" + training.get().name + "'", training.get().backend);
+  std::string label = std::string(symbol) + " of plan '" + training.get().name + "'";
+  if (concrete) concretize(*concrete, label);
+  index(label, training.get().backend);
+}
+
+void LoadedSchedule::concretize(const Concrete& c, const std::string& label) {
+  const Schedule& s = *s_;
+  if (c.shapes.size() != static_cast<size_t>(s.num_tensors) ||
+      c.attrs.size() != static_cast<size_t>(s.num_ops))
+    throw std::runtime_error(label + ": concrete shapes for " + std::to_string(c.shapes.size()) +
+                             " tensors and " + std::to_string(c.attrs.size()) + " ops; the "
+                             "schedule has " + std::to_string(s.num_tensors) + " and " +
+                             std::to_string(s.num_ops));
+  tensors_.assign(s.tensors, s.tensors + s.num_tensors);
+  for (int i = 0; i < s.num_tensors; ++i) {
+    TensorSpec& t = tensors_[i];
+    const std::vector<int64_t>& dims = c.shapes[i];
+    std::string name = std::string("tensor '") + t.name + "'";
+    if (dims.size() != static_cast<size_t>(t.rank))
+      throw std::runtime_error(name + ": a concrete shape of rank " + std::to_string(dims.size()) +
+                               ", the range's is rank " + std::to_string(t.rank));
+    int64_t n = dtype_bytes(t.dtype);
+    for (int k = 0; k < t.rank; ++k) {
+      if (dims[k] < 0 || (dims[k] && n > t.nbytes / dims[k]))
+        throw std::runtime_error(name + ": the concrete shape does not fit the " +
+                                 std::to_string(t.nbytes) + " bytes the range gives it");
+      n *= dims[k];
+      t.shape[k] = dims[k];
+    }
+    t.nbytes = n;
+  }
+  attrs_ = c.attrs;  // never resized again: ops_ point into these strings
+  ops_.assign(s.ops, s.ops + s.num_ops);
+  for (int k = 0; k < s.num_ops; ++k) ops_[k].attrs = attrs_[k].c_str();
+  own_ = s;
+  own_.tensors = tensors_.data();
+  own_.ops = ops_.data();
+  s_ = &own_;
 }
 
 bool LoadedSchedule::exports(const char* symbol) const {

@@ -10,6 +10,16 @@
 
 namespace planner {
 
+// One concrete shape of a range plan (planner/pipeline/ranges.py): the schedule a library holds
+// for the range's largest shapes, run on smaller ones. Per tensor (in schedule order) its
+// shape at these shapes, per op (in plan order) its attrs for them; offsets, lanes, threads
+// and waits stay the library's. Each tensor must keep its rank and fit the bytes the library
+// gives it (the range's), so the arena's layout, checked for the largest, holds.
+struct Concrete {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::string> attrs;
+};
+
 // "op 'name' (Type)": how errors name an op.
 std::string op_label(const OpSpec& op);
 
@@ -17,7 +27,8 @@ class LoadedSchedule {
  public:
   // Throws std::runtime_error naming the library, op or tensor when it is not usable by a
   // runtime of `backend`.
-  LoadedSchedule(const std::string& path, int backend);
+  // With `concrete`, the schedule at those shapes (Concrete), checked as any other.
+  LoadedSchedule(const std::string& path, int backend, const Concrete* concrete = nullptr);
   LoadedSchedule(const LoadedSchedule&) = delete;
   LoadedSchedule& operator=(const LoadedSchedule&) = delete;
 
@@ -25,7 +36,8 @@ class LoadedSchedule {
   // evaluation schedule, planner_evaluation_schedule), checked as this one is; a tensor of
   // store TRAINING_ARENA must be `training`'s tensor of the same name, offset and bytes.
   // Throws when the library exports none.
-  LoadedSchedule(const LoadedSchedule& training, const char* symbol);
+  LoadedSchedule(const LoadedSchedule& training, const char* symbol,
+                 const Concrete* concrete = nullptr);
   // Whether the library exports `symbol`.
   bool exports(const char* symbol) const;
 
@@ -40,9 +52,15 @@ class LoadedSchedule {
   void validate(const std::string& path, int backend) const;
   void index(const std::string& path, int backend);
   void check_training(const std::string& label, const TensorSpec& t) const;
+  void concretize(const Concrete& concrete, const std::string& label);
   const Schedule* training_ = nullptr;  // an evaluation schedule's training schedule
   void* lib_ = nullptr;  // stays loaded: its data backs strings handed to callers
   const Schedule* s_ = nullptr;
+  // A concrete shape's tables (concretize): s_ points at own_ then.
+  Schedule own_{};
+  std::vector<TensorSpec> tensors_;
+  std::vector<OpSpec> ops_;
+  std::vector<std::string> attrs_;
   std::unordered_map<std::string, int> index_;
   std::vector<int> root_;
   std::vector<std::vector<int>> sharing_;

@@ -140,15 +140,34 @@ NB_MODULE(planner_cpu_rt, m) {
         "The op names this runtime has kernels for (codegen's supported list must agree).");
   // Weakly referenceable: planner.runtime.distributed finishes a joined executor's step at exit.
   nb::class_<Executor> cls(m, "Executor", nb::is_weak_referenceable());
-  cls      .def(nb::init<const std::string&, bool, int, double, bool>(), "schedule_path"_a,
+  using Shapes = std::optional<std::vector<std::vector<int64_t>>>;
+  using Attrs = std::optional<std::vector<std::string>>;
+  cls      .def("__init__",
+           [](Executor* self, const std::string& path, bool concurrent, int jitter_us,
+              double watchdog_seconds, bool adaptive, Shapes shapes, Attrs attrs,
+              Shapes evaluation_shapes, Attrs evaluation_attrs) {
+             if (shapes.has_value() != attrs.has_value() ||
+                 evaluation_shapes.has_value() != evaluation_attrs.has_value())
+               throw nb::value_error("give a concrete schedule's shapes and attrs together");
+             planner::Concrete concrete, evaluation;
+             if (shapes) concrete = {*shapes, *attrs};
+             if (evaluation_shapes) evaluation = {*evaluation_shapes, *evaluation_attrs};
+             new (self) Executor(path, concurrent, jitter_us, watchdog_seconds, adaptive,
+                                 shapes ? &concrete : nullptr,
+                                 evaluation_shapes ? &evaluation : nullptr);
+           },
+           "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
-           "adaptive"_a = true,
+           "adaptive"_a = true, "shapes"_a = nb::none(), "attrs"_a = nb::none(),
+           "evaluation_shapes"_a = nb::none(), "evaluation_attrs"_a = nb::none(),
            "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
            "step with no progress for watchdog_seconds raises, naming the ops not finished; "
            "adaptive: switch to the plan's variants for fewer cores by load (the default; every "
            "variant computes the main schedule's bits, so runs give the same bits whatever "
-           "the load; False: the main schedule always).");
+           "the load; False: the main schedule always). shapes, attrs (and evaluation_shapes, "
+           "evaluation_attrs): a range plan's schedule at smaller shapes, per tensor and per op "
+           "(planner/pipeline/ranges.py); each tensor fits the bytes the range gives it.");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def("evaluate", &planner::evaluate, "feeds"_a,

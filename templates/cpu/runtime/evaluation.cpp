@@ -21,8 +21,8 @@ struct SavedThreads {
 }  // namespace
 
 Evaluation::Evaluation(const LoadedSchedule& training, char* training_arena,
-                       const dnnl::engine& engine)
-    : loaded_(training, "planner_evaluation_schedule"),
+                       const dnnl::engine& engine, const Concrete* concrete)
+    : loaded_(training, "planner_evaluation_schedule", concrete),
       arena_(loaded_.get().arena_bytes),
       engine_(engine),
       stream_(engine) {

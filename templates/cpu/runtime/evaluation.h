@@ -19,7 +19,9 @@ class Evaluation {
  public:
   // `training`: the executor's schedule; `training_arena`: the base of its arena. Throws when
   // the library exports no evaluation schedule, or one that does not check.
-  Evaluation(const LoadedSchedule& training, char* training_arena, const dnnl::engine& engine);
+  // `concrete`: a range plan's evaluation schedule at smaller shapes (loader.h).
+  Evaluation(const LoadedSchedule& training, char* training_arena, const dnnl::engine& engine,
+             const Concrete* concrete = nullptr);
 
   const Schedule& schedule() const { return loaded_.get(); }
   int tensor_index(const std::string& name) const { return loaded_.tensor_index(name); }

@@ -32,8 +32,9 @@ static void release_callers_team(const Lanes& lanes) {
 }
 
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
-                   double watchdog_seconds, bool adaptive)
-    : ExecutorCore(schedule_path, CPU),
+                   double watchdog_seconds, bool adaptive, const Concrete* concrete,
+                   const Concrete* evaluation_concrete)
+    : ExecutorCore(schedule_path, CPU, concrete),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
       arena_(loaded_.get().arena_bytes),
@@ -42,6 +43,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
       watchdog_seconds_(watchdog_seconds),
       choice_(choice_options(loaded_.get())),
       jitter_us_(jitter_us) {
+  if (evaluation_concrete) evaluation_concrete_ = std::make_unique<Concrete>(*evaluation_concrete);
   // NaN compares false: a step would never time out, or (0, negative) fail at once.
   if (!(watchdog_seconds > 0.0) || watchdog_seconds == HUGE_VAL)
     throw std::invalid_argument("watchdog_seconds=" + std::to_string(watchdog_seconds) +
@@ -284,7 +286,9 @@ void Executor::check_feeds() {
 Executor::~Executor() { finish_async(); }
 
 Evaluation& Executor::evaluation() {
-  if (!evaluation_) evaluation_ = std::make_unique<Evaluation>(loaded_, arena_.base(), engine_);
+  if (!evaluation_)
+    evaluation_ = std::make_unique<Evaluation>(loaded_, arena_.base(), engine_,
+                                               evaluation_concrete_.get());
   return *evaluation_;
 }
 

@@ -29,8 +29,12 @@ class Executor : public ExecutorCore {
   // step times measured (choice.h); every variant computes the main schedule's bits
   // (planner/memory/variants.py), so a switch changes the time, not the numbers. false runs
   // the main schedule whatever the load.
+  // `concrete` / `evaluation_concrete`: a range plan's schedule (and its evaluation schedule)
+  // at smaller shapes (loader.h's Concrete); null: the library's own shapes.
   explicit Executor(const std::string& schedule_path, bool concurrent = true,
-                    int jitter_us = 0, double watchdog_seconds = 600.0, bool adaptive = true);
+                    int jitter_us = 0, double watchdog_seconds = 600.0, bool adaptive = true,
+                    const Concrete* concrete = nullptr,
+                    const Concrete* evaluation_concrete = nullptr);
   ~Executor() override;
 
   char* data(int id) const { return ptr_[id]; }
@@ -130,6 +134,7 @@ class Executor : public ExecutorCore {
   bool on_lanes_ = true;          // set_concurrent
   Lanes* last_lanes_ = nullptr;   // the lanes of the last step's schedule (main or a variant)
   std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
+  std::unique_ptr<Concrete> evaluation_concrete_;  // its shapes, for a range plan's
   // This step is a micro-batch before its optimizer step's last: the optimizer_step_only
   // ops do not run (Schedule::micro_batches; set by run_step before any op runs).
   bool micro_batch_only_ = false;
