@@ -29,6 +29,7 @@ under one name (`shard/0/param`): handed over only where both plans lay every bu
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ from planner.errors import UserError
 PERSISTENT = ("param", "state", "optimizer-state")
 # Executors kept besides the primary's, least recently used dropped first.
 DEFAULT_LIMIT = 4
+# Shapes planned apart (none in a kept range) after which the run is told the range to declare.
+CHURN = 3
 
 ShapeKey = tuple[tuple[int, ...], ...]
 
@@ -60,6 +63,12 @@ class Built:
     target: Any
     table: Any
     feeds: tuple[Any, ...]
+    # What the plan's step graph was made with (planner.graph.step.StepChoices): a plan with
+    # them is a range plan, whose build runs any smaller shapes of its graph
+    # (planner/pipeline/ranges.py); None: its own shapes only (a data-parallel plan's).
+    choices: Any = None
+    # The shapes of the range plan this one runs on with no build of its own; None: its own.
+    within: ShapeKey | None = None
 
 
 def key_of(arrays: Sequence[np.ndarray]) -> ShapeKey:
@@ -148,16 +157,26 @@ def hand_over(source: Built, target: Built) -> None:
 
 
 class Shapes:
-    """The run's executors by input shapes: the primary, and up to `limit` others (LRU)."""
+    """The run's executors by input shapes: the primary, and up to `limit` others (LRU).
+
+    A new shape no larger than a kept range plan's (planner/pipeline/ranges.py: the smallest
+    such) runs on that plan's build (`within`: the module traced at the new shape, its step
+    graph checked against the range's, an executor made for it; no planning, measuring or
+    build); else, or where the graphs differ, it is planned and built apart."""
 
     def __init__(self, primary: Built, build: Callable[[Sequence[np.ndarray]], Built],
-                 limit: int = DEFAULT_LIMIT, progress: Any = None) -> None:
+                 limit: int = DEFAULT_LIMIT, progress: Any = None,
+                 within: Callable[[Built, Sequence[np.ndarray]], Built | None] | None = None
+                 ) -> None:
         if not isinstance(limit, int) or limit < 0:
             raise UserError(f"trainer: shape_cache must be an int >= 0 (executors kept "
                             f"besides the first shape's), not {limit!r}")
         self.primary = primary
         self.limit = limit
         self._build = build
+        self._within = within
+        self.distinct: set[ShapeKey] = {primary.key}  # every shape the run has brought
+        self.churn_told = False
         self._others: OrderedDict[ShapeKey, Built] = OrderedDict()
         self._progress = progress if progress is not None else sys.stderr
         self.planned = 1  # shapes planned and built so far in this run (a new one counts)
@@ -175,11 +194,15 @@ class Shapes:
             self._others.move_to_end(key)
             return self._others[key]
         self._check_ranks(arrays)
-        print(f"trainer: new input shapes {spell(key)} (planned for {spell(self.primary.key)}"
-              f"): planning and building them once, kept for later steps",
-              file=self._progress, flush=True)
-        built = self._build(arrays)
-        self.planned += 1
+        self.distinct.add(key)
+        built = self._in_range(key, arrays)
+        if built is None:
+            self._tell_churn()
+            print(f"trainer: new input shapes {spell(key)} (planned for "
+                  f"{spell(self.primary.key)}): planning and building them once, kept for "
+                  f"later steps", file=self._progress, flush=True)
+            built = self._build(arrays)
+            self.planned += 1
         if self.limit == 0:
             return built
         self._others[key] = built
@@ -188,6 +211,34 @@ class Shapes:
             print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
                   f"{self.limit} kept besides the first)", file=self._progress, flush=True)
         return built
+
+    def _in_range(self, key: ShapeKey, arrays: Sequence[np.ndarray]) -> Built | None:
+        """`arrays`' shapes run on the smallest kept range plan that covers them, or None."""
+        from planner.pipeline.ranges import covers
+
+        ranges = sorted((b for b in (self.primary, *self._others.values())
+                         if b.choices is not None and b.within is None
+                         and covers(b.key, key)), key=lambda b: sum(map(math.prod, b.key)))
+        if not ranges or self._within is None:
+            return None
+        built = self._within(ranges[0], arrays)
+        if built is not None:
+            print(f"trainer: new input shapes {spell(key)}: run on the plan for "
+                  f"{spell(ranges[0].key)} (in its range: nothing planned or built)",
+                  file=self._progress, flush=True)
+        return built
+
+    def _tell_churn(self) -> None:
+        """Once, when shapes keep changing beyond any range: the range to declare."""
+        if self.churn_told or self.planned < CHURN:
+            return
+        self.churn_told = True
+        largest = tuple(tuple(max(k[i][d] for k in self.distinct if len(k[i]) == len(s))
+                              for d in range(len(s))) for i, s in enumerate(self.primary.key))
+        print(f"trainer: {len(self.distinct)} distinct input shapes so far, {self.planned} "
+              f"planned apart; give the largest up front (trainer(..., shapes=[{spell(largest)}"
+              f"] as example arrays, or the largest batch size) and every smaller one runs on "
+              f"its plan", file=self._progress, flush=True)
 
     def add(self, arrays: Sequence[np.ndarray]) -> Built:
         """Plan and build the shapes of `arrays` now (declared up front)."""

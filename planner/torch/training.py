@@ -27,6 +27,7 @@ plan and executor of its own on first use, the run's state handed between them
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import tempfile
 import warnings
@@ -41,7 +42,7 @@ from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
-from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of
+from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of, spell
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
@@ -363,8 +364,6 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
     # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
     # a line says what the wait is, as each later step of other shapes does.
-    from planner.torch.shapes import spell
-
     print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
           f"{spell(tuple(tuple(int(d) for d in v.shape) for v in examples))} on {target}",
           file=sys.stderr, flush=True)
@@ -372,7 +371,8 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported, graph = first.imported, first.graph
     state = module.state_dict()
     aliases, start = _not_held(state, graph)
-    run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache)
+    run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache,
+                 within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays))
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
                 torch_optimizer, ranks=recipe.ranks)
@@ -473,13 +473,17 @@ def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
         return tuple(declared)
     if declared < 1:
         raise ValueError(f"shapes: a batch size is 1 or more, not {declared}")
-    out = []
-    for v in examples:
-        a = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
-        if a.ndim == 0:
-            raise ValueError("shapes: a batch size needs example arrays with a batch axis")
-        out.append(np.resize(a, (declared, *a.shape[1:])))
-    return tuple(out)
+    arrays = [v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+              for v in examples]
+    if any(a.ndim == 0 for a in arrays):
+        raise ValueError("shapes: a batch size needs example arrays with a batch axis")
+    # Refused before anything is allocated: a batch this size could not be stepped here.
+    need = sum(declared * (a.nbytes // max(len(a), 1)) for a in arrays)
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have // 2:
+        raise ValueError(f"shapes: a batch of {declared} takes {need} bytes of inputs alone, "
+                         f"more than half this host's {have} bytes of memory")
+    return tuple(np.resize(a, (declared, *a.shape[1:])) for a in arrays)
 
 
 def _torch(a: Any) -> Any:
@@ -535,12 +539,64 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
 
         start_params = shard_params(executor.plan, start_params, dist.get_rank())
     executor.load_params(start_params)
+    return Built(key=_key(imported, graph, examples), imported=imported, graph=graph,
+                 plan=planned, package=package, executor=executor, target=chosen, table=table,
+                 feeds=_feeds(imported, graph), choices=_range_choices(recipe, prepared, table,
+                                                                       graph))
+
+
+def _feeds(imported: TorchImport, graph: Any) -> tuple[Any, ...]:
     feeds = {t.name: t for t in graph.tensors if t.role in ("input", "label")}
-    arrays = [_numpy(v, feeds[n].dtype) for n, v in zip(imported.inputs, examples, strict=False)
-              if n in feeds]
-    return Built(key=key_of(arrays), imported=imported, graph=graph, plan=planned,
-                 package=package, executor=executor, target=chosen, table=table,
-                 feeds=tuple(feeds[n] for n in imported.inputs if n in feeds))
+    return tuple(feeds[n] for n in imported.inputs if n in feeds)
+
+
+def _key(imported: TorchImport, graph: Any, examples: Sequence[Any]) -> Any:
+    feeds = {t.name: t for t in graph.tensors if t.role in ("input", "label")}
+    return key_of([_numpy(v, feeds[n].dtype)
+                   for n, v in zip(imported.inputs, examples, strict=False) if n in feeds])
+
+
+def _range_choices(recipe: Recipe, prepared: Any, table: Any, step: Any) -> Any:
+    """What the plan's step graph was made with (planner.pipeline.choices, as planning chose
+    it), so that the plan runs smaller shapes of its graph (planner/pipeline/ranges.py); None
+    for a data-parallel plan (rank 0's, every rank's shapes checked alike: planned apart) or
+    where the choices do not give the plan's graph again."""
+    from planner.pipeline.choices import step_choices
+    from planner.pipeline.ranges import step_at
+
+    if recipe.ranks > 1:
+        return None
+    choices = step_choices(prepared, recipe.target, recipe.plan_options.data_parallel, table)
+    return choices if step_at(choices, prepared) == step else None
+
+
+def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any]) -> Built | None:
+    """The module at the shapes of `examples`, run on the build of the range plan `ranged`
+    (planner/pipeline/ranges.py): traced and imported at these shapes (their own attrs and
+    constants: a loss's row count), the step graph made under the range's choices and
+    checked against the range's, an executor of the range's build made for it. None, with a
+    line saying why, where the graphs differ (a shape torch.export specialises)."""
+    from codegen.concrete import concrete_options
+    from planner.frontend.prepare import prepare
+    from planner.graph import init_params
+    from planner.pipeline.ranges import outside_range, step_at
+
+    examples = tuple(_torch(v) for v in examples)
+    imported = _imported(recipe, examples)
+    step = step_at(ranged.choices, prepare(imported.graph, recipe.graph_options))
+    problem = outside_range(ranged.graph, step)
+    if problem is not None:
+        print(f"trainer: shapes {spell(_key(imported, step, examples))} are not in the range "
+              f"of the plan for {spell(ranged.key)} ({problem}): planned apart",
+              file=sys.stderr, flush=True)
+        return None
+    executor = ranged.package.Executor(adaptive=recipe.adaptive,
+                                       **concrete_options(ranged.plan, step))
+    executor.load_params({**init_params(step), **imported.params()})
+    return Built(key=_key(imported, step, examples), imported=imported, graph=step,
+                 plan=ranged.plan, package=ranged.package, executor=executor,
+                 target=ranged.target, table=ranged.table, feeds=_feeds(imported, step),
+                 choices=ranged.choices, within=ranged.key)
 
 
 def _imported(recipe: Recipe, examples: Sequence[Any]) -> TorchImport:

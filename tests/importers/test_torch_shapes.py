@@ -1,7 +1,8 @@
 """planner.torch's trainer on the shapes a run brings (planner/torch/shapes.py): the last,
 smaller batch of a DataLoader with drop_last=False, an evaluation batch of another size, and
-a transformer fed three sequence lengths train through one trainer, each new shape planned
-and built once, and the run's parameters end where PyTorch's own loop leaves them.
+a transformer fed three sequence lengths train through one trainer, each smaller shape on the
+first plan's build (its range: planner/pipeline/ranges.py), each larger one planned and built
+once, and the run's parameters end where PyTorch's own loop leaves them.
 
 Tolerance: tests/importers/torch_step.py's `mismatches`: PyTorch in float64 is the exact
 answer to float32 precision, PyTorch's float32 run shows the rounding of this model and
@@ -78,8 +79,10 @@ def test_the_last_smaller_batch_of_an_epoch_trains_as_in_pytorch(tmp_path, capsy
         assert matches_torch(t, model, F.cross_entropy, seen, "adam", 0.01, last, 3) == []
         if epoch == 0:
             err = capsys.readouterr().err
-            assert err.count("new input shapes [4, 6], [4]") == 1
-    assert t.shapes.planned == 2 and t.shapes.kept() == [((32, 6), (32,)), ((4, 6), (4,))]
+            assert err.count("new input shapes [4, 6], [4]: run on the plan for [32, 6], "
+                             "[32] (in its range: nothing planned or built)") == 1
+    # The last batch runs on the first plan's build: one plan, one build.
+    assert t.shapes.planned == 1 and t.shapes.kept() == [((32, 6), (32,)), ((4, 6), (4,))]
     assert "new input shapes" not in capsys.readouterr().err  # the second epoch: nothing new
     assert t.steps == 8
     # An evaluation batch of a third size, on the parameters as trained, changes nothing.
@@ -102,25 +105,31 @@ def test_declared_shapes_are_planned_up_front_and_the_cache_is_bounded(tmp_path,
     x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
     t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
                 out_dir=tmp_path, shapes=[4], shape_cache=1)
-    assert t.shapes.planned == 2 and "new input shapes [4, 6], [4]" in capsys.readouterr().err
+    assert t.shapes.planned == 1 and "new input shapes [4, 6], [4]" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no step has run yet"):
         t.trace(tmp_path / "none.json")
     batches = [(x, y), (x[:4], y[:4]), (x[:5], y[:5]), (x[:4], y[:4]), (x, y)]
     last = [t.step(*b) for b in batches][-1]
     err = capsys.readouterr().err
-    # [5] is new; keeping one shape besides the first drops [4], which is planned again.
+    # [5] is new; keeping one shape besides the first drops [4], whose executor is made
+    # again; all of them on the first plan's build (in its range), none planned apart.
     assert "new input shapes [5, 6], [5]" in err
     assert "dropping the executor of shapes [4, 6], [4]" in err
-    assert t.shapes.planned == 4 and t.shapes.kept() == [((8, 6), (8,)), ((4, 6), (4,))]
+    assert t.shapes.planned == 1 and t.shapes.kept() == [((8, 6), (8,)), ((4, 6), (4,))]
+    # A larger batch is no shape of the range: planned and built apart.
+    bigger = torch.cat([x, x[:2]]), torch.cat([y, y[:2]])
+    batches.append(bigger)
+    last = t.step(*bigger)
+    assert t.shapes.planned == 2 and t.shapes.last.within is None
     assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
     with pytest.raises(ValueError, match="rank 1; the trainer's is rank 2"):
         t.step(x[0], y[:1])
-    # The measured trace of the last step (the first shapes'), every op of its plan in it.
+    # The measured trace of the last step (the larger batch's), every op of its plan in it.
     events = json.loads(t.trace(tmp_path / "step.json").read_text())["traceEvents"]
     assert {o.name for o in t.plan.ops} <= {e["name"] for e in events if e.get("ph") == "X"}
     t.step(x[:5], y[:5])  # the trace follows the shapes that ran last
     small = json.loads(t.trace(tmp_path / "small.json").read_text())["traceEvents"]
-    assert t.shapes.last.key == ((5, 6), (5,)) and t.shapes.last.plan is not t.plan
+    assert t.shapes.last.key == ((5, 6), (5,)) and t.shapes.last.within == ((8, 6), (8,))
     assert {o.name for o in t.shapes.last.plan.ops} <= {
         e["name"] for e in small if e.get("ph") == "X"}
     # explain re-plans the first shapes' graph from what priced it.
@@ -165,7 +174,7 @@ def test_a_transformer_fed_three_sequence_lengths_trains_as_in_pytorch(tmp_path)
     t = trainer(model, (batches[0][0],), loss=lm_loss, labels=batches[0][1],
                 optimizer="adam", lr=0.01, out_dir=tmp_path)
     last = [t.step(*b) for b in batches][-1]
-    assert t.shapes.planned == 3
+    assert t.shapes.planned == 1  # the shorter sequences on the first plan's build
     assert matches_torch(t, model, lm_loss, batches, "adam", 0.01, last) == []
 
 
@@ -175,6 +184,8 @@ PROGRESS = (
     r"trainer: new input shapes \[.*\] \(planned for \[.*\]\): planning and building them "
     r"once, kept for later steps",
     r"trainer: dropping the executor of shapes .*",
+    r"trainer: new input shapes \[.*\]: run on the plan for \[.*\] \(in its range: nothing "
+    r"planned or built\)",
     r"measuring costs on this host: signatures \d+-\d+ of \d+ \(batch \d+ of \d+; kept for "
     r"later plans\)",
     r"in-step profile: \d+ ops.*: building and running",
