@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import itertools
+import math
 import threading
 import warnings
 import weakref
@@ -35,6 +36,9 @@ _PACKAGES: dict[str, Any] = {}
 # Loaded executors by content (_content_key): an executor holds no state a call leaves behind
 # (every tensor of the piece is fed; its constants are loaded once), so pieces share one.
 _EXECUTORS: dict[str, Any] = {}
+# Range plans by graph structure (_structure): a smaller shape of a graph planned before runs on
+# its build, planned, measured and built nothing (planner/pipeline/ranges.py).
+_RANGES: dict[str, list[_Range]] = {}
 # Lease pools of forward plans by content (_content_key): their executors' arenas hold a call's
 # saved activations until its backward (ExecutorPool), so they are never _EXECUTORS' shared ones.
 _POOLS: dict[str, ExecutorPool] = {}
@@ -59,6 +63,7 @@ def _release() -> None:
     _EXECUTORS.clear()
     _POOLS.clear()
     _PACKAGES.clear()
+    _RANGES.clear()
     gc.collect()  # an arena's views in reference cycles (torch tensors a held graph re-pointed)
 
 
@@ -170,22 +175,27 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     target = load_target(options.target)
     _check_runs_here(target)
     prepared = prepare(graph, GraphOptions())
-    folder = options.folder()
-    by_name = {t.name: t for t in prepared.tensors}
-    table = _cost_table(options.costs, prepared, target, folder,
-                        {k: v.astype(by_name[k].dtype, copy=False)
-                         for k, v in (examples or {}).items() if k in by_name})
-    settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
-                           memory=MemoryOptions(budget_bytes=options.memory_budget))
-    with warnings.catch_warnings():  # an op the table lacks is priced analytically
-        warnings.simplefilter("ignore")
-        planned = plan(prepared, target, table, settings)
-    name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
-    if name not in _PACKAGES:
-        _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
-    package = _PACKAGES[name]
-    held = [t for t in planned.graph.by_role("param", "state") if t.updates is None]
-    start = init_params(planned.graph)
+    within = _in_range(prepared, options)
+    if within is not None:  # a smaller shape of a graph planned before: its build, no plan
+        package, step, concrete = within
+    else:
+        folder = options.folder()
+        by_name = {t.name: t for t in prepared.tensors}
+        table = _cost_table(options.costs, prepared, target, folder,
+                            {k: v.astype(by_name[k].dtype, copy=False)
+                             for k, v in (examples or {}).items() if k in by_name})
+        settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
+                               memory=MemoryOptions(budget_bytes=options.memory_budget))
+        with warnings.catch_warnings():  # an op the table lacks is priced analytically
+            warnings.simplefilter("ignore")
+            planned = plan(prepared, target, table, settings)
+        name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+        if name not in _PACKAGES:
+            _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
+        package, step, concrete = _PACKAGES[name], planned.graph, {}
+        _keep_range(prepared, planned, package, target, table, options)
+    held = [t for t in step.by_role("param", "state") if t.updates is None]
+    start = init_params(step)
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
 
     # BackendOptions.lanes: the plan's lanes, one op at a time on PyTorch's team, or whichever
@@ -194,11 +204,68 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     measured = options.lanes == "measured"
 
     def make() -> Any:
-        ex = package.Executor(concurrent=lanes, adaptive=lanes and options.adaptive)
+        ex = package.Executor(concurrent=lanes, adaptive=lanes and options.adaptive,
+                              **concrete)
         ex.load_params(values)
         return ChosenWay(ex, STEP_WAY, name) if measured else ex
 
     return make
+
+
+@dataclass(frozen=True)
+class _Range:
+    """A plan kept as a range (planner/pipeline/ranges.py): its build runs every smaller
+    shape of its graph."""
+
+    largest: tuple[tuple[int, ...], ...]  # its graph's input shapes
+    plan: Any
+    package: Any
+    choices: Any  # what its step graph was made with (planner.graph.step.StepChoices)
+
+
+def _structure(prepared: Any, options: BackendOptions) -> str:
+    """What a graph is apart from its shapes and attrs (its nodes, tensors by name, dtype,
+    role and rank) under the options: the graphs a range may hold."""
+    h = hashlib.sha256(repr(options).encode())
+    for n in prepared.nodes:
+        h.update(repr((n.name, n.op, n.inputs, n.outputs)).encode())
+    for t in prepared.tensors:
+        h.update(repr((t.name, t.dtype, t.role, len(t.shape))).encode())
+    return h.hexdigest()
+
+
+def _inputs(graph: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(t.shape) for t in graph.tensors if t.role in ("input", "label"))
+
+
+def _in_range(prepared: Any, options: BackendOptions) -> tuple[Any, Any, dict] | None:
+    """The build of the smallest kept range plan whose range holds `prepared` (a front-end
+    graph at new shapes), the step graph it runs and the executor's concrete schedule; None
+    where none does (planner/pipeline/ranges.py re-derives it from the two graphs)."""
+    from codegen.concrete import concrete_options
+    from planner.pipeline.ranges import covers, outside_range, step_at
+
+    shapes = _inputs(prepared)
+    for r in sorted(_RANGES.get(_structure(prepared, options), ()),
+                    key=lambda r: sum(map(math.prod, r.largest))):
+        if covers(r.largest, shapes):
+            step = step_at(r.choices, prepared)
+            if outside_range(r.plan.graph, step) is None:
+                return r.package, step, concrete_options(r.plan, step)
+    return None
+
+
+def _keep_range(prepared: Any, planned: Any, package: Any, target: Any, table: Any,
+                options: BackendOptions) -> None:
+    """Keep `planned` as a range plan when the choices its step graph was made with give that
+    graph again (planner.pipeline.choices, as planning chose them)."""
+    from planner.pipeline.choices import step_choices
+    from planner.pipeline.ranges import step_at
+
+    choices = step_choices(prepared, target, None, table)
+    if step_at(choices, prepared) == planned.graph:
+        _RANGES.setdefault(_structure(prepared, options), []).append(
+            _Range(_inputs(prepared), planned, package, choices))
 
 
 class ExecutorPool:

@@ -174,7 +174,9 @@ def test_a_transformer_fed_three_sequence_lengths_trains_as_in_pytorch(tmp_path)
     t = trainer(model, (batches[0][0],), loss=lm_loss, labels=batches[0][1],
                 optimizer="adam", lr=0.01, out_dir=tmp_path)
     last = [t.step(*b) for b in batches][-1]
-    assert t.shapes.planned == 1  # the shorter sequences on the first plan's build
+    # At the longest length torch.export drops the position table's slice (a no-op there), so
+    # length 5's graph is not one of 8's range: planned apart; length 3 runs on length 5's.
+    assert t.shapes.planned == 2
     assert matches_torch(t, model, lm_loss, batches, "adam", 0.01, last) == []
 
 
