@@ -381,7 +381,8 @@ def format_summary(plan: dict[str, Any]) -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from planner.report.diff import diff_plans, format_diff
+    from planner.report.diff import diff_plans
+    from planner.report.diff_text import format_diff
 
     d = diff_plans(_read_json(args.a), _read_json(args.b))
     print(json.dumps(d, indent=2, sort_keys=True) if args.json else format_diff(d))
