@@ -73,3 +73,28 @@ def test_two_pictures_colour_each_op_type_alike(tmp_path):
     common = [t for t in a if t in b]
     assert common != [t for t in b if t in a], "the two rank their common types differently"
     assert len(common) >= 5 and all(a[t] == b[t] for t in common), (a, b)
+
+
+def test_show_memory_writes_the_format_its_suffix_names(lenet_plan, tmp_path):
+    """`show --memory m.png` is a PNG (it was SVG text once), m.svg an SVG; a CPU plan's chart
+    is titled for the host arena and names its peak at the op where the plan's bytes peak."""
+    from planner.plan import load_plan
+    from planner.report.memory import graph_order, plan_curve
+
+    path = tmp_path / "lenet.plan.json"
+    path.write_text(json.dumps(lenet_plan))
+    for suffix, head in (("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<?xml")):
+        out = tmp_path / f"m.{suffix}"
+        assert main(["show", str(path), "--memory", str(out)]) == 0
+        assert out.read_bytes().startswith(head)
+    svg = (tmp_path / "m.svg").read_text()
+    plan = load_plan(str(path))
+    ordered = sorted(plan.ops, key=lambda o: o.order)
+    curve = plan_curve(plan)
+    peak = max((int(curve[k]), -k) for k, o in enumerate(ordered)
+               if o.name in plan.graph.node_map)
+    assert "host memory (arena)" in svg and "device memory" not in svg
+    assert f"peak {peak[0] / 2**20:,.1f} MiB at {ordered[-peak[1]].name}" in svg
+    assert graph_order(plan)[0] in svg  # the ops on the axis
+    assert main(["show", str(path), "--memory", str(tmp_path / "m.jpg")]) == 2
+    assert not (tmp_path / "m.jpg").exists()

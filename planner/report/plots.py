@@ -199,3 +199,49 @@ def _labelled(ops: list[dict[str, Any]], row: dict[Any, int], span_ms: float
             placed.setdefault(r, []).append((mid - half, mid + half))
             chosen.append(op)
     return chosen
+
+
+def memory_plot(plan: Any, curves: dict[str, Any], fmt: str) -> bytes:
+    """Seed 001's Fig. 10 of a plan (planner.report.memory.memory_curves' `curves`): bytes
+    live per op in execution order, a line per curve with its peak in the legend, the ops on
+    the axis (a sample of their names), forward apart from backward, the plan's peak named at
+    its op, titled for the memory it is: a GPU's device memory or a CPU plan's host arena."""
+    from planner.graph.autodiff import node_phase
+    from planner.report.memory import COLORS, device_memory, graph_order
+
+    names = graph_order(plan)
+    graph = plan.graph
+    forward = sum(1 for n in names if node_phase(graph, graph.node_map[n]) == "forward")
+    fig = _figure(10.0, 4.8)
+    ax = fig.add_subplot()
+    order = ["naive", "liveness", "+ offload", "+ recompute", "plan"]
+    for name in sorted(curves, key=lambda c: (order.index(c) if c in order else len(order), c)):
+        curve = curves[name]
+        peak = _mib(float(curve.max())) if len(curve) else 0.0
+        ax.plot(range(len(curve)), [_mib(float(v)) for v in curve],
+                color=COLORS.get(name, "black"), linewidth=1.6 if name == "plan" else 1.2,
+                label=f"{name} (peak {peak:,.1f} MiB)")
+    own = curves.get("plan")
+    if own is not None and len(own):
+        at = int(own.argmax())
+        ax.annotate(f"peak {_mib(float(own[at])):,.1f} MiB at {names[at]}",
+                    (at, _mib(float(own[at]))), xytext=(0, 12), textcoords="offset points",
+                    ha="center", fontsize="small", arrowprops={"arrowstyle": "->"})
+    if 0 < forward < len(names):
+        ax.axvline(forward - 0.5, color="#bbbbbb", linestyle="--", linewidth=1)
+        ax.text(forward / 2, 1.0, "forward", transform=ax.get_xaxis_transform(), ha="center",
+                va="bottom", fontsize="small")
+        ax.text((forward + len(names)) / 2, 1.0, "backward", transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize="small")
+    ticks = list(range(0, len(names), max(1, len(names) // 14)))
+    ax.set_xticks(ticks, [names[i] for i in ticks], rotation=35, ha="right",
+                  fontsize="xx-small")
+    ax.set_xlim(-0.5, max(len(names) - 0.5, 0.5))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"the step's {len(names)} ops in execution order")
+    ax.set_ylabel("live MiB")
+    ax.set_title(f"{graph.name} on {plan.target.name}: {device_memory(plan)} per op",
+                 pad=16)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    return _bytes(fig, fmt)
