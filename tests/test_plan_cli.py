@@ -63,7 +63,10 @@ def test_memory_budget_plan_show_and_fit_through_the_command(tmp_path, capsys):
                str(budget), "-o", plan, "--force") == 0
     assert run("verify", plan) == 0
     assert run("show", plan, "--memory", svg) == 0
-    assert open(svg).read().startswith("<svg")
+    text = open(svg).read()
+    # A GPU plan's chart: device memory, the plan's curve beside the counterfactuals.
+    assert text.startswith("<?xml") and ": device memory per op" in text
+    assert all(f">{c} (peak " in text for c in ("naive", "liveness", "+ recompute", "plan"))
     capsys.readouterr()
     assert run("show", plan, "--json") == 0
     tight = json.loads(capsys.readouterr().out)["summary"]["memory"]

@@ -12,7 +12,7 @@ Wiring for the other commands (planner/cli/plan.py):
     plan   --memory-budget BYTES:  MemoryOptions(budget_bytes=parse_budget(...)) into
            planner.pipeline.plan
     show   --json:   {"memory": memory_report(data), ...};  text: format_memory(data)
-           --memory out.svg:  write_text(path, memory_svg(plan))
+           --memory out.png:  memory_plot(plan, memory_curves(plan, ...), format by suffix)
 """
 
 from __future__ import annotations

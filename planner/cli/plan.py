@@ -83,9 +83,10 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     s.add_argument("--trace", metavar="JSON",
                    help="write the predicted step as Chrome trace JSON (open it in Perfetto "
                         "beside an executor's measured trace: docs/plans.md)")
-    s.add_argument("--memory", metavar="SVG",
-                   help="write memory over the step's ops: naive, liveness, + offload, "
-                        "+ recompute (seed 001's Fig. 10)")
+    s.add_argument("--memory", metavar="FILE",
+                   help="draw memory over the step's ops: naive, liveness, + offload, "
+                        "+ recompute (seed 001's Fig. 10; .svg or .png by the suffix; needs "
+                        "matplotlib)")
     s.add_argument("--target", metavar="TARGET",
                    help="the machine the plan was made for, to set its step against the "
                         "machine's peaks (default: the preset or 'host' the plan names, when "
@@ -266,12 +267,14 @@ def run_show(args: argparse.Namespace) -> int:
     from planner.io.write import write_text
     from planner.plan import load_plan
     from planner.report.diff import decisions_line
-    from planner.report.memory import format_memory, memory_report, memory_svg
-    from planner.report.plots import plot_format, timeline_plot
+    from planner.report.memory import format_memory, memory_curves, memory_report
+    from planner.report.plots import memory_plot, plot_format, timeline_plot
     from planner.report.sharding import format_sharding, sharding_report
     from planner.report.trace import plan_trace
 
     fmt = plot_format(args.timeline) if args.timeline else ""
+    if args.memory:
+        plot_format(args.memory)  # a suffix it cannot write is refused before any work
     plan = load_plan(args.plan)
     data = plan.model_dump(mode="json", by_alias=True)
     if args.timeline:
@@ -280,7 +283,8 @@ def run_show(args: argparse.Namespace) -> int:
         write_text(args.trace, json.dumps(plan_trace(data), sort_keys=True) + "\n",
                    force=args.force)
     if args.memory:
-        write_text(args.memory, memory_svg(plan, technique_curves_of(plan)), force=args.force)
+        write_text(args.memory, memory_plot(plan, memory_curves(plan, technique_curves_of(plan)),
+                                            plot_format(args.memory)), force=args.force)
     roof, why_not = _roofline(plan, args.target)
     if args.json:
         zero3 = sharding_report(data)
@@ -381,7 +385,8 @@ def format_summary(plan: dict[str, Any]) -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from planner.report.diff import diff_plans, format_diff
+    from planner.report.diff import diff_plans
+    from planner.report.diff_text import format_diff
 
     d = diff_plans(_read_json(args.a), _read_json(args.b))
     print(json.dumps(d, indent=2, sort_keys=True) if args.json else format_diff(d))

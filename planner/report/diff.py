@@ -74,7 +74,8 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Every difference between two plans' JSON data (module docstring).
 
     Returns {different, backends, header: {schema / kind: [a, b]}, targets, target_changed,
-    graph_changed, provenance,
+    graph_changed, graph (graph_changes), provenance, options (option_changes),
+    decisions (op_decisions), cpus: [logical CPUs of a, of b],
     summary: {field: [a, b, b - a]}, memory_summary: {field: [a, b]},
     by_type: {op: [{name, field: [a, b]}]}, order_changed, only_a, only_b,
     tensors / memory_ops / convs: {changed: [{name, field: [a, b]}], only_a, only_b},
@@ -96,6 +97,7 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ta, tb = a.get("target") or {}, b.get("target") or {}
     pa, pb = a.get("provenance") or {}, b.get("provenance") or {}
     provenance = _changed(pa, pb, PROVENANCE_FIELDS)
+    options = option_changes(pa.get("options"), pb.get("options"))
     backends = [a.get("backend", "cpu"), b.get("backend", "cpu")]
     header = {f: [a.get(f), b.get(f)] for f in HEADER_FIELDS if a.get(f) != b.get(f)}
     target_changed = ta != tb
@@ -121,7 +123,91 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "summary": summary, "memory_summary": memory_summary, "by_type": by_type,
             "order_changed": len(order_changed), "only_a": only_a, "only_b": only_b,
             "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges,
-            "placement": placement, "budget": budget}
+            "placement": placement, "budget": budget, "options": options,
+            "decisions": op_decisions(ops_a, ops_b),
+            "cpus": [len(ta.get("core_of") or []), len(tb.get("core_of") or [])]}
+
+
+# Listed first among changed options: the switch that moves every other decision.
+FIRST_OPTIONS = ("schedule.strategy",)
+
+
+def option_changes(a: Any, b: Any) -> dict[str, list[Any]]:
+    """The planning options (provenance.options, free-form in the schema) that differ, field by
+    field as dotted paths, the strategy first; the memory budget is its own line.
+
+    >>> option_changes({"schedule": {"strategy": "optimized", "smt": True}, "variants": True},
+    ...                {"schedule": {"strategy": "paper", "smt": False}, "variants": True})
+    {'schedule.strategy': ['optimized', 'paper'], 'schedule.smt': [True, False]}
+    """
+    fa, fb = _flat(a), _flat(b)
+    paths = [f for f in sorted(fa.keys() | fb.keys())
+             if f != "memory.budget_bytes" and not _same(fa.get(f), fb.get(f))]
+    paths.sort(key=lambda f: (f not in FIRST_OPTIONS, f))
+    return {f: [fa.get(f), fb.get(f)] for f in paths}
+
+
+def _flat(v: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(v, dict):
+        return {prefix or "options": v} if v is not None or prefix else {}
+    out: dict[str, Any] = {}
+    for k, x in v.items():
+        out |= _flat(x, f"{prefix}.{k}" if prefix else str(k))
+    return out
+
+
+def op_decisions(ops_a: dict[str, Any], ops_b: dict[str, Any]) -> dict[str, Any]:
+    """The per-op decisions of two plans summed up, for a review of many changed ops at once:
+    per field the ops (of both plans) whose value changed; the thread counts of those whose
+    count changed (lowest and highest in each plan), the mean over every op and the op whose
+    count changed most; the lanes;
+    the parallel-loop groups (by name: planner.schedule.cpu.group_name) of one plan only; the
+    ops on second hardware threads.
+
+    >>> a = {"x": {"threads": 2, "lane": 0, "group": ""}, "y": {"threads": 2, "lane": 0}}
+    >>> b = {"x": {"threads": 8, "lane": 0, "group": "corun:x"},
+    ...      "y": {"threads": 4, "lane": 1, "group": "corun:x"}}
+    >>> d = op_decisions(a, b)
+    >>> d["changed"], d["lanes"], d["groups"]["only_b"]
+    ({'threads': 2, 'lane': 1, 'group': 2}, [1, 2], ['corun:x'])
+    >>> d["threads"]
+    {'a': [2, 2], 'b': [4, 8], 'mean': [2.0, 6.0], 'most': ['x', 2, 8]}
+    """
+    both = sorted(ops_a.keys() & ops_b.keys())
+    changed = {f: n for f in OP_FIELDS
+               if (n := sum(not _same(ops_a[k].get(f), ops_b[k].get(f)) for k in both))}
+    moved = [k for k in both if ops_a[k].get("threads") != ops_b[k].get("threads")]
+
+    def span(ops: dict[str, Any]) -> list[Any]:
+        counts = [ops[k].get("threads") or 0 for k in moved]
+        return [min(counts), max(counts)] if counts else []
+
+    def mean(ops: dict[str, Any]) -> float:
+        return round(sum(o.get("threads") or 0 for o in ops.values()) / max(len(ops), 1), 3)
+
+    def groups(ops: dict[str, Any]) -> set[str]:
+        return {o["group"] for o in ops.values() if o.get("group")}
+
+    def change(k: str) -> int:
+        return abs((ops_b[k].get("threads") or 0) - (ops_a[k].get("threads") or 0))
+
+    most = max(moved, key=lambda k: (change(k), k), default=None)
+    ga, gb = groups(ops_a), groups(ops_b)
+    return {"changed": changed,
+            "threads": {"a": span(ops_a), "b": span(ops_b), "mean": [mean(ops_a), mean(ops_b)],
+                        "most": [most, ops_a[most].get("threads"), ops_b[most].get("threads")]
+                        if most else []},
+            "lanes": [len({o.get("lane") for o in ops.values()}) for ops in (ops_a, ops_b)],
+            "groups": {"count": [len(ga), len(gb)], "only_a": sorted(ga - gb),
+                       "only_b": sorted(gb - ga)},
+            "smt": [sum(bool(o.get("smt")) for o in ops.values()) for ops in (ops_a, ops_b)]}
+
+
+def _without_layouts(g: dict[str, Any]) -> dict[str, Any]:
+    """An embedded graph with its tensors' layouts left out: the model the user gave."""
+    tensors = [{k: v for k, v in t.items() if k != "layout"} if isinstance(t, dict) else t
+               for t in g.get("tensors") or ()]
+    return {**g, "tensors": tensors}
 
 
 def _budget_bytes(provenance: dict[str, Any]) -> Any:
@@ -141,6 +227,8 @@ def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     changed shape with them, the tensors held in another layout (images kept channel-blocked
     on one host and not on another: planner.graph.blocked), the nodes of one graph only and
     those whose attributes changed (a reshape's target shape, a convolution's kernel layout).
+    `model_changed` is False when the graphs differ in tensor layouts only: the same model,
+    whose layouts each target chose.
 
     >>> t = lambda n, s, r="activation": {"name": n, "shape": s, "role": r}
     >>> g = lambda b: {"tensors": [t("x", [b, 3], "input"), t("h", [b, 4])],
@@ -149,8 +237,8 @@ def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ([['x', [32, 3], [4, 3]]], 1)
     >>> blocked = g(4)
     >>> blocked["tensors"][1]["layout"] = "nChw16c"
-    >>> graph_changes(g(4), blocked)["relaid"]
-    [['h', 'plain', 'nChw16c']]
+    >>> graph_changes(g(4), blocked)["relaid"], graph_changes(g(4), blocked)["model_changed"]
+    ([['h', 'plain', 'nChw16c']], False)
     """
     ta, tb = _by_name(a.get("tensors"), "name"), _by_name(b.get("tensors"), "name")
     na, nb = _by_name(a.get("nodes"), "name"), _by_name(b.get("nodes"), "name")
@@ -160,7 +248,8 @@ def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
              if ta[n].get("role") in FEEDS]
     relaid = [[n, ta[n].get("layout") or "plain", tb[n].get("layout") or "plain"] for n in both
               if ta[n].get("layout") != tb[n].get("layout")]
-    return {"feeds": feeds, "reshaped": len(moved) - len(feeds), "relaid": relaid,
+    return {"model_changed": _without_layouts(a) != _without_layouts(b),
+            "feeds": feeds, "reshaped": len(moved) - len(feeds), "relaid": relaid,
             "tensors_only_a": sorted(ta.keys() - tb.keys()),
             "tensors_only_b": sorted(tb.keys() - ta.keys()),
             "nodes_only_a": sorted(na.keys() - nb.keys()),
@@ -168,31 +257,6 @@ def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "attrs_changed": [n for n in sorted(na.keys() & nb.keys())
                               if na[n].get("attrs") != nb[n].get("attrs")
                               or na[n].get("op") != nb[n].get("op")]}
-
-
-def format_graph_changes(g: dict[str, Any]) -> list[str]:
-    """The lines of graph_changes' dict under `graph:` in the text form."""
-    lines = []
-    if g.get("feeds"):
-        lines.append("  feeds: " + "; ".join(f"{n} {x} -> {y}" for n, x, y in g["feeds"]))
-    if g.get("reshaped"):
-        lines.append(f"  {g['reshaped']} other tensor(s) change shape with them")
-    if g.get("relaid"):
-        relaid = g["relaid"]
-        more = f" and {len(relaid) - SHOWN} more" if len(relaid) > SHOWN else ""
-        lines.append(f"  {len(relaid)} tensor(s) held in another layout: "
-                     + ", ".join(f"{n} ({x} -> {y})" for n, x, y in relaid[:SHOWN]) + more)
-    for key, what in (("nodes_only_a", "nodes only in A"), ("nodes_only_b", "nodes only in B"),
-                      ("attrs_changed", "nodes with other attributes"),
-                      ("tensors_only_a", "tensors only in A"),
-                      ("tensors_only_b", "tensors only in B")):
-        names = g.get(key) or []
-        if names:
-            more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
-            lines.append(f"  {what}: {', '.join(names[:SHOWN])}{more}")
-    if g and not lines:
-        lines.append("  the same nodes and shapes (other values: initializers, dtypes, roles)")
-    return lines
 
 
 def _same(x: Any, y: Any) -> bool:
@@ -228,106 +292,6 @@ def _records(a: Iterable[dict[str, Any]] | None, b: Iterable[dict[str, Any]] | N
 
 def _any(section: dict[str, list]) -> bool:
     return any(section.values())
-
-
-def format_diff(d: dict[str, Any]) -> str:
-    """Text form of diff_plans' dict: a line per kind of change, the first SHOWN items of each
-    (`--json` lists them all)."""
-    if not d["different"]:
-        return "no differences"
-    lines = []
-    if d["backends"][0] != d["backends"][1]:
-        lines.append(f"backend: {d['backends'][0]} -> {d['backends'][1]}")
-    if d["targets"][0] != d["targets"][1]:
-        lines.append(f"target: {d['targets'][0]} -> {d['targets'][1]}")
-    elif d["target_changed"]:
-        lines.append(f"target {d['targets'][0]}: cores or streams changed")
-    for f, (x, y) in d["header"].items():
-        lines.append(f"{f}: {x} -> {y}")
-    if d["graph_changed"]:
-        lines.append("graph: the embedded graphs differ")
-        lines += format_graph_changes(d.get("graph") or {})
-    for f, (x, y) in d["provenance"].items():
-        if f != "graph_sha256" or not d["graph_changed"]:
-            lines.append(f"provenance {f}: {_short(x)} -> {_short(y)}")
-    budget = d.get("budget") or [None, None]
-    if budget[0] != budget[1]:
-        lines.append(f"memory budget: {_num(budget[0])} -> {_num(budget[1])} bytes")
-    placement = d.get("placement") or {}
-    if placement:
-        lines.append(f"placement: {len(placement)} tensor(s) changed")
-        lines += [f"  {t}: {x} -> {y}" for t, (x, y) in list(placement.items())[:SHOWN]]
-        lines += _more(list(placement))
-    for f, (x, y, delta) in d["summary"].items():
-        lines.append(f"{f}: {_num(x)} -> {_num(y)} ({delta:+.6g})")
-    for f, (x, y) in d["memory_summary"].items():
-        change = f" ({y - x:+,})" if isinstance(x, int) and isinstance(y, int) else ""
-        lines.append(f"memory {f}: {_num(x)} -> {_num(y)}{change}")
-    for op, changes in sorted(d["by_type"].items()):
-        fields = sorted({k for c in changes for k in c if k != "name"})
-        lines.append(f"{op}: {len(changes)} op(s) changed ({', '.join(fields)})")
-        lines += _items(changes)
-    if d["order_changed"]:
-        lines.append(f"execution order changed for {d['order_changed']} op(s)")
-    lines += _unmatched("ops", d["only_a"], d["only_b"])
-    for label, key in (("tensors", "tensors"), ("memory ops", "memory_ops"),
-                       ("convolutions", "convs")):
-        section = d[key]
-        if section["changed"]:
-            fields = sorted({k for c in section["changed"] for k in c if k != "name"})
-            lines.append(f"{label}: {len(section['changed'])} changed ({', '.join(fields)})")
-            lines += _items(section["changed"])
-        lines += _unmatched(label, section["only_a"], section["only_b"])
-    for verb, sign in (("removed", "-"), ("added", "+")):
-        edges = d["edges"][verb]
-        if edges:
-            lines.append(f"happens-before: {len(edges)} edge(s) {verb}")
-            lines += [f"  {sign} {x} -> {y}" for x, y in edges[:SHOWN]]
-            lines += _more(edges)
-    return "\n".join(lines)
-
-
-def _items(changes: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for c in changes[:SHOWN]:
-        parts = [f"{k} {_short(v[0])} -> {_short(v[1])}" for k, v in c.items() if k != "name"]
-        out.append(f"  {c['name']}: " + "; ".join(parts))
-    return out + _more(changes)
-
-
-def _unmatched(label: str, only_a: list[str], only_b: list[str]) -> list[str]:
-    out = []
-    for side, names in (("only in A", only_a), ("only in B", only_b)):
-        if names:
-            out.append(f"{label} {side}: {', '.join(names[:SHOWN])}"
-                       + (f" ... ({len(names)})" if len(names) > SHOWN else ""))
-    return out
-
-
-def _more(items: list[Any]) -> list[str]:
-    return [f"  ... and {len(items) - SHOWN} more"] if len(items) > SHOWN else []
-
-
-def _num(x: Any) -> str:
-    if isinstance(x, bool) or x is None:
-        return str(x)
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return f"{x:,}" if isinstance(x, int) else str(x)
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, list):
-        if v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-            from planner.plan import cpu_ranges
-
-            return cpu_ranges(tuple(v))
-        return "[" + ", ".join(_short(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{...}"
-    if isinstance(v, str):
-        return repr(v[:12] + "...") if len(v) > 40 else repr(v)
-    return _num(v)
 
 
 def decisions_line(plan: dict[str, Any]) -> str:

@@ -62,6 +62,12 @@ def plan_curve(plan: Plan) -> np.ndarray:
     return np.cumsum(delta)[:n]
 
 
+def device_memory(plan: Plan) -> str:
+    """What a plan's arena is, for a chart's title: a GPU's device memory, or the host memory
+    a CPU plan's arena takes."""
+    return "host memory (arena)" if plan.backend == "cpu" else "device memory"
+
+
 def memory_curves(plan: Plan, replayed: dict[str, np.ndarray] | None = None
                   ) -> dict[str, np.ndarray]:
     """Per curve name, bytes per graph step (the plan's graph nodes in stream order): the plan's
@@ -198,7 +204,7 @@ def memory_svg(plan: Plan, replayed: dict[str, np.ndarray] | None = None, width:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="12">',
            f'<text x="{left}" y="18">{escape(graph.name)} on {escape(plan.target.name)}: '
-           f'device memory per step</text>',
+           f'{device_memory(plan)} per step</text>',
            f'<line x1="{left}" y1="{up + h}" x2="{left + w}" y2="{up + h}" stroke="black"/>',
            f'<line x1="{left}" y1="{up}" x2="{left}" y2="{up + h}" stroke="black"/>']
     for k in range(5):

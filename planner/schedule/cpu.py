@@ -373,6 +373,16 @@ def _late_ops(ps: list[Placement], bottom: Sequence[float], step: float) -> set[
     return {v for p in ps for v in p.nodes if p.start > step - bottom[v] + 1e-12}
 
 
+def group_name(kind: str, first: str) -> str:
+    """A parallel loop's name in the plan: its kind and its first op (in graph order, which is
+    also its ops' plan order); "" for an op on its own.
+
+    >>> group_name("corun", "layer1/conv1"), group_name("", "fc")
+    ('corun:layer1/conv1', '')
+    """
+    return f"{kind}:{first}" if kind else ""
+
+
 def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCosts,
            preds: Sequence[Sequence[int]], placements: list[Placement], sim: SimResult,
            bound) -> Schedule:
@@ -401,15 +411,18 @@ def record(graph: Graph, target: Target, options: ScheduleOptions, costs: OpCost
         if cpus is None:
             cpus = cpus_of[p.cores, p.smt] = tuple(sorted(
                 target.core_cpus[c][1 if p.smt else 0] for c in p.cores))
+        first, last = names[min(p.nodes)], names[max(p.nodes)]
+        # Named by what it holds, not when it starts: a re-timed plan keeps its group names
+        # (each node is in one placement, so first names are unique).
+        group = group_name(p.group, first)
         for v in sorted(p.nodes):
             node = graph.nodes[v]
             deps = tuple(map(names.__getitem__, preds[v]))
             ops.append({"name": node.name, "op": node.op, "cpus": cpus, "threads": p.threads,
-                        "affinity": p.affinity, "smt": p.smt, "group": p.group, "deps": deps,
+                        "affinity": p.affinity, "smt": p.smt, "group": group, "deps": deps,
                         "start": start, "end": end})
             rank[node.name] = len(rank)
             edges.update(zip(deps, repeat(node.name)))
-        first, last = names[min(p.nodes)], names[max(p.nodes)]
         own = {names[v] for v in p.nodes}
         edges.update((before, first) for before in set(map(last_on.__getitem__, cpus))
                      if before is not None and before not in own)

@@ -151,7 +151,7 @@ class Moldable:
                 if grouped < alone:
                     started.append(machine.start(tuple(sorted(members)), k, "compact",
                                                  grouped, now,
-                                                 group=f"group{now:.9e}/{members[0]}"))
+                                                 group="group"))
                     taken = set(members)
                     queue = [i for i in queue if i not in taken]
         return queue
@@ -181,7 +181,7 @@ class Moldable:
         k = min(len(members), free)
         seconds = loop_seconds([times[v][0] for v in members], k, slow)
         started.append(machine.start(tuple(members), k, "compact", seconds, now,
-                                     group=f"corun{now:.9e}/{members[0]}"))
+                                     group="corun"))
         taken = set(members)
         return [i for i in queue if i not in taken]
 

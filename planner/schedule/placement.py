@@ -22,7 +22,9 @@ class Placement(NamedTuple):
     `seconds` is the run time alone on those cores (no SMT interference); `start` orders
     placements and breaks no rule if wrong: the simulator decides the real times. A named
     tuple, immutable: a list schedule makes one per op start, tens of thousands per plan (a
-    frozen dataclass took twice as long to make).
+    frozen dataclass took twice as long to make). `group` is the kind of parallel loop that
+    runs several nodes ("group": one signature's ops, "corun": a co-run group; "" for one
+    node); the plan names each by its kind and its first node (schedule.cpu.record).
     """
 
     nodes: tuple[int, ...]
