@@ -80,6 +80,42 @@ def spell(key: ShapeKey) -> str:
     return ", ".join("[" + ", ".join(map(str, s)) + "]" for s in key)
 
 
+def grown_key(ranges: Sequence[ShapeKey], key: ShapeKey) -> ShapeKey | None:
+    """The shapes to plan as a range when `key` is no shape of the kept `ranges`: each
+    dimension larger than every range's rounded up to a power of two (a length or batch that
+    varies past the range gets the next range planned once, not each new size), the others
+    the largest range's; None where no range has `key`'s ranks, no dimension is past them, or
+    rounding adds nothing.
+
+    >>> grown_key([((32, 20), (32,))], ((32, 37), (32,)))
+    ((32, 64), (32,))
+    >>> grown_key([((32, 20), (32,))], ((32, 64), (32,))) is None
+    True
+    """
+    alike = [r for r in ranges if len(r) == len(key)
+             and all(len(a) == len(b) for a, b in zip(r, key, strict=True))]
+    if not alike:
+        return None
+    largest = tuple(tuple(max(r[i][d] for r in alike) for d in range(len(s)))
+                    for i, s in enumerate(key))
+    grown = tuple(tuple(m if d <= m else 1 << (d - 1).bit_length()
+                        for d, m in zip(s, b, strict=True))
+                  for s, b in zip(key, largest, strict=True))
+    # Only past the ranges: a shape inside one whose graph differs is planned as it is.
+    return None if grown == key or grown == largest else grown
+
+
+def widened(arrays: Sequence[np.ndarray], key: ShapeKey) -> tuple[np.ndarray, ...]:
+    """`arrays` repeated along each axis to the shapes of `key` (no smaller): example values
+    of the data's own kinds (token ids, class labels) for planning a range.
+
+    >>> widened([np.array([[1, 2]])], ((2, 3),))[0].tolist()
+    [[1, 2, 1], [1, 2, 1]]
+    """
+    return tuple(np.pad(a, [(0, n - d) for d, n in zip(a.shape, s, strict=True)], mode="wrap")
+                 for a, s in zip(arrays, key, strict=True))
+
+
 def written(graph: Any) -> set[str]:
     """The persistent tensors the step writes: those some tensor of the graph `updates`."""
     return {t.updates for t in graph.tensors if t.updates is not None}
@@ -198,16 +234,38 @@ class Shapes:
         built = self._in_range(key, arrays)
         if built is None:
             self._tell_churn()
+            grown = grown_key(self._ranges(), key)
+            if grown is not None:  # shapes vary past the range: plan the next one, once
+                print(f"trainer: new input shapes {spell(key)} are larger than those planned "
+                      f"({spell(self.primary.key)}): planning and building shapes up to "
+                      f"{spell(grown)} once, and running these in their range",
+                      file=self._progress, flush=True)
+                ranged = self._build(widened(arrays, grown))
+                self.planned += 1
+                self._keep(grown, ranged)
+                built = self._in_range(key, arrays)
+        if built is None:
             print(f"trainer: new input shapes {spell(key)} (planned for "
                   f"{spell(self.primary.key)}): planning and building them once, kept for "
                   f"later steps", file=self._progress, flush=True)
             built = self._build(arrays)
             self.planned += 1
-        if self.limit == 0:
+        return self._keep(key, built)
+
+    def _ranges(self) -> list[ShapeKey]:
+        return [b.key for b in (self.primary, *self._others.values())
+                if b.choices is not None and b.within is None]
+
+    def _keep(self, key: ShapeKey, built: Built) -> Built:
+        if self.limit == 0 or key == self.primary.key:
             return built
         self._others[key] = built
         while len(self._others) > self.limit:
-            old, _ = self._others.popitem(last=False)
+            # The least recently used executor, a range plan's last: the shapes it holds
+            # would otherwise be planned again.
+            old = next((k for k, b in self._others.items() if b.within is not None),
+                       next(iter(self._others)))
+            del self._others[old]
             print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
                   f"{self.limit} kept besides the first)", file=self._progress, flush=True)
         return built

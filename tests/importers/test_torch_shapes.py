@@ -116,11 +116,11 @@ def test_declared_shapes_are_planned_up_front_and_the_cache_is_bounded(tmp_path,
     assert "new input shapes [5, 6], [5]" in err
     assert "dropping the executor of shapes [4, 6], [4]" in err
     assert t.shapes.planned == 1 and t.shapes.kept() == [((8, 6), (8,)), ((4, 6), (4,))]
-    # A larger batch is no shape of the range: planned and built apart.
+    # A larger batch is no shape of the range: the next range (up to 16) planned once.
     bigger = torch.cat([x, x[:2]]), torch.cat([y, y[:2]])
     batches.append(bigger)
     last = t.step(*bigger)
-    assert t.shapes.planned == 2 and t.shapes.last.within is None
+    assert t.shapes.planned == 2 and t.shapes.last.within == ((16, 6), (16,))
     assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
     with pytest.raises(ValueError, match="rank 1; the trainer's is rank 2"):
         t.step(x[0], y[:1])
@@ -280,3 +280,20 @@ def test_state_the_step_updates_is_never_dropped_in_a_hand_over(tmp_path):
     with pytest.raises(UserError, match=r"the run's tensor 'fc1/weight' \(\[3, 4\] float32\) "
                                         r"is state the step updates.*\[3, 5\]"):
         hand_over(a, other)
+
+
+def test_batches_past_the_range_plan_the_next_one_once_as_in_pytorch(tmp_path, capsys):
+    """Batches of 4, then 6, 7, 5, 3: the first larger one plans a range up to 8 (the next
+    power of two) once, and every later batch runs in it; the run trains as PyTorch's."""
+    model = mlp()
+    g = torch.Generator().manual_seed(4)
+    batches = [(torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g))
+               for n in (4, 6, 7, 5, 3, 8)]
+    t = trainer(model, (batches[0][0],), loss=F.cross_entropy, labels=batches[0][1],
+                optimizer="sgd", lr=0.1, out_dir=tmp_path)
+    capsys.readouterr()
+    last = [t.step(*b) for b in batches][-1]
+    err = capsys.readouterr().err
+    assert "planning and building shapes up to [8, 6], [8] once" in err
+    assert t.shapes.planned == 2 and "planning and building them once" not in err
+    assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
