@@ -288,14 +288,13 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
         raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
                          "the CUDA one")
     root = runtime_folder(backend, arch, sanitize, compiler)
-    kind = how.folder(arch)
     module = RUNTIMES[backend].module
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(_locked(
                 root.with_name(root.name + ".lock"),
                 lambda: say(f"waiting for another process building the planner's kernel "
-                            f"library ({kind} runtime) in {root} ...")))
+                            f"library ({backend.upper()} runtime) in {root} ...")))
         except OSError as e:
             # A shared cache this process may only read: an intact runtime there needs no lock.
             kept = kept_runtime(root, module)
