@@ -143,3 +143,18 @@ def test_a_wait_on_another_processs_runtime_build_is_said(tmp_path, monkeypatch)
     assert len(said) == 2 and said[0].startswith("waiting for another process building the "
                                                   "planner's kernel library"), said
     assert said[1] == tmp_path / root.name / "build" / real.name
+
+
+def test_cache_warm_finds_the_built_kernel_library(tmp_path, monkeypatch, capsys):
+    """`planner cache warm` on a cache whose kernel library is built: nothing built, the
+    library's folder named, and its use recorded (it lists as just used)."""
+    from codegen.build import build_runtime
+
+    real = build_runtime(progress=lambda s: None).parent.parent
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    (tmp_path / real.name).symlink_to(real)
+    assert main(["cache", "warm", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["built"] is False
+    assert got["runtime"].startswith(str(tmp_path / real.name))
+    assert (tmp_path / f"{real.name}.use").stat().st_mtime > time.time() - 60
