@@ -252,34 +252,49 @@ def _host_cpu() -> str:
 
 
 @contextmanager
-def _locked(path: Path):
+def _locked(path: Path, waiting: Callable[[], None] = lambda: None):
+    """Hold `path`'s exclusive lock for the block; `waiting()` is called first when another
+    process holds it (a build that may last minutes: the wait is said)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open_lock(path) as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = (),
                   backend: str = "cpu", arch: str = "90") -> Path:
     """A backend's runtime module for this host, built once into the cache; returns its path.
     `arch`: the GPU architecture a CUDA runtime is built for (cuda_arch of the plan's target);
-    each has its own folder, `cuda-sm90-runtime-KEY`."""
-    say = progress or (lambda s: None)
+    each has its own folder, `cuda-sm90-runtime-KEY`. A build, or a wait for another
+    process's, says so on `progress` (default: stderr), since it takes minutes; a kept
+    runtime is used silently and its use recorded (planner.io.disk_cache.mark_used)."""
+    from planner.io.disk_cache import mark_used
+
+    say = progress or _stderr
     compiler = compiler_identity()
     how = RUNTIME_BUILDS[backend]
     if sanitize and not how.sanitizes:
         raise BuildError("sanitizers instrument the CPU runtime; use compute-sanitizer for "
                          "the CUDA one")
-    key = runtime_key(compiler, sanitize, backend, arch)
-    kind = how.folder(arch)
-    root = cache_root() / f"{kind}-runtime-{key[:16]}"
+    root = runtime_folder(backend, arch, sanitize, compiler)
     module = RUNTIMES[backend].module
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(_locked(cache_root() / f"{kind}-runtime-{key[:16]}.lock"))
+            held.enter_context(_locked(
+                root.with_name(root.name + ".lock"),
+                lambda: say(f"waiting for another process building the planner's kernel "
+                            f"library ({backend.upper()} runtime) in {root} ...")))
         except OSError as e:
             # A shared cache this process may only read: an intact runtime there needs no lock.
             kept = kept_runtime(root, module)
@@ -289,9 +304,19 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
                                  f"set PLANNER_CACHE to a writable folder") from None
             return kept
         kept = kept_runtime(root, module)
-        if kept is not None:
-            return kept
-        return _build_runtime(root, module, backend, sanitize, arch, say)
+        if kept is None:
+            kept = _build_runtime(root, module, backend, sanitize, arch, say,
+                                  progress or (lambda s: None))
+        mark_used(root)
+        return kept
+
+
+def runtime_folder(backend: str = "cpu", arch: str = "90", sanitize: tuple[str, ...] = (),
+                   compiler: str | None = None) -> Path:
+    """The cache folder this environment's runtime of `backend` is (or would be) built in:
+    `<cache>/KIND-runtime-KEY` (runtime_key's first 16 digits); nothing is built."""
+    key = runtime_key(compiler, sanitize, backend, arch)
+    return cache_root() / f"{RUNTIME_BUILDS[backend].folder(arch)}-runtime-{key[:16]}"
 
 
 def kept_runtime(root: Path, module: str) -> Path | None:
@@ -310,11 +335,14 @@ def kept_runtime(root: Path, module: str) -> Path | None:
 
 
 def _build_runtime(root: Path, module: str, backend: str, sanitize: tuple[str, ...],
-                   arch: str, say: Progress) -> Path:
-    """Build the runtime into `root` (under its lock) and record what was built."""
+                   arch: str, say: Progress, steps: Progress) -> Path:
+    """Build the runtime into `root` (under its lock) and record what was built; the build's
+    start and end are said on `say`, its CMake steps on `steps`."""
     how = RUNTIME_BUILDS[backend]
     sources = RUNTIMES[backend].sources
-    say(f"building the {backend.upper()} runtime (kernel library, once per target) in {root}")
+    start = time.perf_counter()
+    what = f"the planner's kernel library ({backend.upper()} runtime)"
+    say(f"building {what} for this host (once; about 1-3 minutes on 2 cores) in {root} ...")
     src = root / "src"
     if src.exists():
         shutil.rmtree(src)
@@ -333,13 +361,14 @@ def _build_runtime(root: Path, module: str, backend: str, sanitize: tuple[str, .
     # again: Ninja alone would take a changed file newer than its objects as up to date.
     for stale in (root / "build").glob(f"{module}*.so"):
         stale.unlink()
-    _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, say, own=src)
+    _cmake(src / sources.relative_to(TEMPLATES), root / "build", defines, steps, own=src)
     modules = sorted((root / "build").glob(f"{module}*.so"))
     if not modules:
         raise BuildError(f"the runtime build in {root} produced no {module} module")
     atomic_write(root / "module.json",
                  json.dumps({"module": modules[0].name, **file_record(modules[0])},
                             indent=2, sort_keys=True) + "\n")
+    say(f"built {what} in {time.perf_counter() - start:.0f} s")
     return modules[0]
 
 

@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     # executors that `profile` measures kernels with (the stages never import codegen).
     from codegen.cli import add_build_commands
     from planner import __version__
+    from planner.cli.cache import add_cache_commands
     from planner.cli.costs import add_cost_commands
     from planner.cli.explain import add_explain_command
     from planner.cli.fit import add_memory_commands
@@ -52,7 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_commands(sub, measure_plans, executor_measurers)
     add_explain_command(sub)
     add_cost_commands(sub, executor_measurers)
+    add_cache_commands(sub, kernel_library)
     return parser
+
+
+def kernel_library():
+    """`planner cache`'s hooks: the folder of this environment's CPU runtime (nothing built),
+    and its build (codegen.build)."""
+    from codegen.build import build_runtime, runtime_folder
+
+    return runtime_folder, lambda say: build_runtime(progress=say)
 
 
 def measure_plans(plans: list, steps: int) -> list[dict[str, float]]:

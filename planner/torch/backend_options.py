@@ -24,7 +24,10 @@
 - adaptive: with lanes, True (default): the executors switch to the plan's schedules for fewer
   free cores by load, each computing the same bits (trainer's `adaptive`); False: the main
   schedule always;
-- out_dir: where executors' sources go (default: one temporary folder per process).
+- out_dir: where executors' sources go (default: the cache folder's packages/, $PLANNER_CACHE
+  or ~/.cache/planner, one folder per plan by its digest, found there by any later process:
+  nothing compiled again, nothing left in $TMPDIR; bounded by $PLANNER_CACHE_MAX_BYTES,
+  codegen/cached.py).
 
 An unknown key, or a value of the wrong kind, is a ValueError naming it at torch.compile's
 first call, never later in the loop.
@@ -68,15 +71,6 @@ class BackendOptions(Record):
                              f"strategy, memory_budget, precision, fallback, lanes, adaptive, "
                              f"out_dir)") from None
 
-    def folder(self) -> Path:
-        import tempfile
-
-        global _FOLDER
-        if self.out_dir is not None:
-            return Path(self.out_dir)
-        if _FOLDER is None:
-            _FOLDER = Path(tempfile.mkdtemp(prefix="planner-compile-"))
-        return _FOLDER
-
-
-_FOLDER: Path | None = None
+    def folder(self) -> Path | None:
+        """The caller's out_dir, else None: the cache's packages folder (codegen.cached)."""
+        return Path(self.out_dir) if self.out_dir is not None else None

@@ -160,9 +160,7 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
            examples: dict[str, np.ndarray] | None) -> Callable[[], Any]:
     """A maker of new executors of `graph`, planned and built once (_executor): each has its
     own arena and the same constants."""
-    from codegen.build import build
-    from codegen.load import load
-    from codegen.render import render
+    from codegen.cached import load_built
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
@@ -191,7 +189,7 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
             planned = plan(prepared, target, table, settings)
         name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
         if name not in _PACKAGES:
-            _PACKAGES[name] = load(build(render(planned, folder / name)).dir)
+            _PACKAGES[name] = load_built(planned, folder, name)[0]
         package, step, concrete = _PACKAGES[name], planned.graph, {}
         _keep_range(prepared, planned, package, target, table, options)
     held = [t for t in step.by_role("param", "state") if t.updates is None]

@@ -323,8 +323,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     amsgrad, maximize; `sgd` with momentum > 0 is momentum SGD) and the planner's
     clip_grad_norm, groups and schedule (or lr_schedule); target: `host` or a CPU target
     preset; out_dir: where the executors' sources go (default: the cache folder,
-    $PLANNER_CACHE or ~/.cache/planner, under trainers/, one folder per plan by its content: a
-    later run of the same plan compiles nothing); accumulate: micro-batches per
+    $PLANNER_CACHE or ~/.cache/planner, under packages/, one folder per plan by its content: a
+    later run of the same plan, in any process, compiles nothing; the cache is bounded by
+    $PLANNER_CACHE_MAX_BYTES, codegen/cached.py); accumulate: micro-batches per
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
     `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
@@ -333,7 +334,8 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     plan measured are run, with a progress line on stderr), "analytical" (the cost model), a
     cost table or the path of one (`planner profile` on this target), or "in-step": every op
     measured inside this step first (a few builds and steps, codegen.profiling.
-    profile_in_step), the table kept as costs.json in out_dir; adaptive: let the executor
+    profile_in_step), the table kept as costs.json in out_dir (without one, the profile's
+    builds go in a temporary folder removed after); adaptive: let the executor
     switch to the plan's variants for fewer cores when the machine is busy (True, the
     default: every variant computes the main schedule's bits, so two runs, or a run and its
     resumption, compute the same bits whatever the load; False: the main schedule always;
@@ -495,12 +497,9 @@ def _torch(a: Any) -> Any:
 def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     """Export, import, plan, build and load the module for the shapes of `examples` (the
     module's inputs, then the labels); the executor starts from the module's own values."""
-    from codegen.build import build
-    from codegen.load import load
-    from codegen.render import render
+    from codegen.cached import load_built
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
-    from planner.io.write import cache_root, folder_lock
     from planner.pipeline import plan
     from planner.torch.settings import rank0_plan
 
@@ -512,7 +511,6 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     imported = _imported(recipe, examples)
     chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)
-    folder = recipe.out_dir if recipe.out_dir is not None else cache_root() / "trainers"
     by_name = {t.name: t for t in prepared.tensors}
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
         name: _numpy(v, by_name[name].dtype)
@@ -528,8 +526,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     planned = planned_here() if recipe.ranks == 1 else rank0_plan(planned_here)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
-    with folder_lock(folder / name):  # two processes of one plan take turns to write it
-        package = load(build(render(planned, folder / name), progress=_say).dir)
+    package, _ = load_built(planned, recipe.out_dir, name, progress=_say)
     executor = package.Executor(adaptive=recipe.adaptive)
     start_params = {**init_params(graph), **imported.params()}
     if recipe.shard_parameters:  # ZeRO-3: this rank's shards of them
@@ -676,10 +673,12 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
         from codegen.profiling import profile_in_step
         from planner.io.write import atomic_write
 
-        if folder is None:  # no out_dir: the profile's builds in a folder of this run's own
-            folder = Path(tempfile.mkdtemp(prefix="planner-"))
-        table = profile_in_step(graph, target, folder / "profile", feeds=examples)
-        atomic_write(folder / "costs.json", table.to_json())
+        if folder is None:  # no out_dir: the profile's builds in a folder removed after
+            with tempfile.TemporaryDirectory(prefix="planner-profile-") as work:
+                table = profile_in_step(graph, target, Path(work) / "profile", feeds=examples)
+        else:
+            table = profile_in_step(graph, target, folder / "profile", feeds=examples)
+            atomic_write(folder / "costs.json", table.to_json())
     elif isinstance(costs, (str, Path)):
         table = load_table(costs)
     else:

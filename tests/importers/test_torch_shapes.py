@@ -191,7 +191,12 @@ PROGRESS = (
     r"measuring costs on this host: signatures \d+-\d+ of \d+ \(batch \d+ of \d+; kept for "
     r"later plans\)",
     r"in-step profile: \d+ ops.*: building and running",
-    r"building the CPU runtime \(kernel library, once per target\) in .*",
+    r"building the planner's kernel library \(CPU runtime\) for this host \(once; about 1-3 "
+    r"minutes on 2 cores\) in .* \.\.\.",
+    r"built the planner's kernel library \(CPU runtime\) in \d+ s",
+    r"waiting for another process building the planner's kernel library \(CPU runtime\) in "
+    r".* \.\.\.",
+    r"planner cache: removed \d+ least recently used entr(y|ies) \(.*\) to stay under .*",
     r"torch_[0-9a-f]{16}: compiling the schedule",
     r"  (configure|compile): \d+\.\d s",
 )
