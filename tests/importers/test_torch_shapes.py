@@ -188,6 +188,12 @@ PROGRESS = (
     r"trainer: dropping the executor of shapes .*",
     r"trainer: new input shapes \[.*\]: run on the plan for \[.*\] \(in its range: nothing "
     r"planned or built\)",
+    r"trainer: new input shapes \[.*\] are larger than those planned \(.*\): planning and "
+    r"building shapes up to \[.*\] once, and running these in their range",
+    r"trainer: shapes \[.*\] are not in the range of the plan for \[.*\] \(.*\): planned "
+    r"apart",
+    r"trainer: \d+ distinct input shapes so far, \d+ planned apart; give the largest up "
+    r"front .*",
     r"measuring costs on this host: signatures \d+-\d+ of \d+ \(batch \d+ of \d+; kept for "
     r"later plans\)",
     r"in-step profile: \d+ ops.*: building and running",
