@@ -58,3 +58,39 @@ def test_a_smaller_last_batch_runs_on_the_larger_plan_as_eager():
     x, y = batches(1, (5, 3, 6, 6), 4, seed=3)[0]
     F.cross_entropy(net(x), y).backward()
     assert planned() == 4
+
+
+def test_many_batch_sizes_plan_a_few_ranges_keep_a_bounded_set_and_are_told_once():
+    """24 distinct batch sizes in a shuffled order (ragged batches): every call matches eager,
+    the sizes past those planned plan the next power of two once (a handful of ranges, not
+    24 plans), the executors kept stay within kept_calls, and one line says what to do."""
+    import random
+    import warnings
+
+    import planner.torch.piece as piece
+
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    ref = copy.deepcopy(model)
+    sizes = list(range(3, 27))
+    random.Random(0).shuffle(sizes)
+    executors._PACKAGES.clear()
+    executors._RANGES.clear()
+    piece._LARGEST.clear()
+    piece._DISTINCT.clear()
+    net = compiled(model, lanes=False, kept_calls=4)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for n in sizes:
+            x, y = batches(1, (n, 6), 3, seed=n)[0]
+            F.cross_entropy(net(x), y).backward()
+            F.cross_entropy(ref(x), y).backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(p.grad, q.grad, rtol=0, atol=1e-5 * float(q.grad.abs().max())), name
+    # Ranges up to the first size, then 32 at most (powers of two past it): forward and
+    # backward each.
+    assert planned() <= 2 * 3
+    assert len(piece._KEPT) <= 4
+    assert len(executors._POOLS) <= 2 * 4
+    churn = [w for w in said if issubclass(w.category, piece.ShapeChurn)]
+    assert len(churn) == 1 and "call it first with the largest shapes" in str(churn[0].message)

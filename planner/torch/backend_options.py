@@ -24,6 +24,9 @@
 - adaptive: with lanes, True (default): the executors switch to the plan's schedules for fewer
   free cores by load, each computing the same bits (trainer's `adaptive`); False: the main
   schedule always;
+- kept_calls: planned call signatures (shapes, which inputs need gradients) whose executors
+  the process keeps, least recently called dropped first (default 32; a dropped one's next
+  call makes its executors again from its kept build: no planning, no build);
 - out_dir: where executors' sources go (default: the cache folder's packages/, $PLANNER_CACHE
   or ~/.cache/planner, one folder per plan by its digest, found there by any later process:
   nothing compiled again, nothing left in $TMPDIR; bounded by $PLANNER_CACHE_MAX_BYTES,
@@ -55,6 +58,7 @@ class BackendOptions(Record):
     lanes: bool | Literal["measured"] = "measured"
     adaptive: bool = True
     out_dir: str | None = None
+    kept_calls: int = Field(default=32, ge=1)
 
     @classmethod
     def parse(cls, options: dict[str, Any] | None) -> BackendOptions:
@@ -69,7 +73,7 @@ class BackendOptions(Record):
             raise ValueError(f"torch.compile(backend='planner'): options[{key!r}]: "
                              f"{err.get('msg', 'invalid')} (the options: costs, target, "
                              f"strategy, memory_budget, precision, fallback, lanes, adaptive, "
-                             f"out_dir)") from None
+                             f"out_dir, kept_calls)") from None
 
     def folder(self) -> Path | None:
         """The caller's out_dir, else None: the cache's packages folder (codegen.cached)."""

@@ -145,6 +145,14 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     return ex
 
 
+def forget(*held: Any) -> None:
+    """Executors and pools no longer shared by content (a call let go: piece.py's kept_calls),
+    so that nothing here keeps their arenas alive."""
+    for cache in (_EXECUTORS, _POOLS):
+        for key in [k for k, v in cache.items() if any(v is h for h in held)]:
+            del cache[key]
+
+
 def _pool(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
           examples: dict[str, np.ndarray] | None) -> ExecutorPool:
     """The lease pool of `graph`'s executors (ExecutorPool), planned and built as _executor
@@ -175,7 +183,7 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     prepared = prepare(graph, GraphOptions())
     within = _in_range(prepared, options)
     if within is not None:  # a smaller shape of a graph planned before: its build, no plan
-        package, step, concrete = within
+        name, package, step, concrete = within
     else:
         folder = options.folder()
         by_name = {t.name: t for t in prepared.tensors}
@@ -191,7 +199,7 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
         if name not in _PACKAGES:
             _PACKAGES[name] = load_built(planned, folder, name)[0]
         package, step, concrete = _PACKAGES[name], planned.graph, {}
-        _keep_range(prepared, planned, package, target, table, options)
+        _keep_range(prepared, planned, name, package, target, table, options)
     held = [t for t in step.by_role("param", "state") if t.updates is None]
     start = init_params(step)
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
@@ -216,12 +224,13 @@ class _Range:
     shape of its graph."""
 
     largest: tuple[tuple[int, ...], ...]  # its graph's input shapes
+    name: str  # its package's
     plan: Any
     package: Any
     choices: Any  # what its step graph was made with (planner.graph.step.StepChoices)
 
 
-def _structure(prepared: Any, options: BackendOptions) -> str:
+def _structure(prepared: Any, options: BackendOptions | None) -> str:
     """What a graph is apart from its shapes and attrs (its nodes, tensors by name, dtype,
     role and rank) under the options: the graphs a range may hold."""
     h = hashlib.sha256(repr(options).encode())
@@ -236,8 +245,8 @@ def _inputs(graph: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(t.shape) for t in graph.tensors if t.role in ("input", "label"))
 
 
-def _in_range(prepared: Any, options: BackendOptions) -> tuple[Any, Any, dict] | None:
-    """The build of the smallest kept range plan whose range holds `prepared` (a front-end
+def _in_range(prepared: Any, options: BackendOptions) -> tuple[str, Any, Any, dict] | None:
+    """The name and build of the smallest kept range plan whose range holds `prepared` (a front-end
     graph at new shapes), the step graph it runs and the executor's concrete schedule; None
     where none does (planner/pipeline/ranges.py re-derives it from the two graphs)."""
     from codegen.concrete import concrete_options
@@ -249,11 +258,11 @@ def _in_range(prepared: Any, options: BackendOptions) -> tuple[Any, Any, dict] |
         if covers(r.largest, shapes):
             step = step_at(r.choices, prepared)
             if outside_range(r.plan.graph, step) is None:
-                return r.package, step, concrete_options(r.plan, step)
+                return r.name, r.package, step, concrete_options(r.plan, step)
     return None
 
 
-def _keep_range(prepared: Any, planned: Any, package: Any, target: Any, table: Any,
+def _keep_range(prepared: Any, planned: Any, name: str, package: Any, target: Any, table: Any,
                 options: BackendOptions) -> None:
     """Keep `planned` as a range plan when the choices its step graph was made with give that
     graph again (planner.pipeline.choices, as planning chose them)."""
@@ -263,7 +272,7 @@ def _keep_range(prepared: Any, planned: Any, package: Any, target: Any, table: A
     choices = step_choices(prepared, target, None, table)
     if step_at(choices, prepared) == planned.graph:
         _RANGES.setdefault(_structure(prepared, options), []).append(
-            _Range(_inputs(prepared), planned, package, choices))
+            _Range(_inputs(prepared), name, planned, package, choices))
 
 
 class ExecutorPool:

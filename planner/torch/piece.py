@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,11 +52,18 @@ from planner.torch.executors import (
     _pool,
     _with_draw_count,
     as_torch,
+    forget,
 )
 
 
 class PlannerFallback(UserWarning):
     """A graph torch.compile(backend="planner") runs eagerly: the planner refused it."""
+
+
+# Every planned call signature of every piece, least recently called first: beyond the options'
+# kept_calls, the oldest's executors are let go (a later call of it makes them again, from
+# the build kept by its plan's digest or its range's: no planning, no build).
+_KEPT: OrderedDict[tuple[int, tuple], Piece] = OrderedDict()
 
 
 class Piece:
@@ -80,6 +88,12 @@ class Piece:
         if key not in self.runs:
             self.runs[key] = self._planned(args, needs if any(needs) else None)
         run = self.runs[key]
+        _KEPT[(id(self), key)] = self
+        _KEPT.move_to_end((id(self), key))
+        while len(_KEPT) > self.options.kept_calls:  # the least recently used call's executors
+            (_, old), owner = _KEPT.popitem(last=False)
+            dropped = owner.runs.pop(old, None)  # freed once its calls in flight are
+            forget(*(getattr(dropped, f, None) for f in ("ex", "forward", "backward")))
         if run is None:
             return self.gm(*args)
         return run(args)
@@ -127,6 +141,92 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     if held_tensors(gm) and needs is None:
         return held_run(gm, args, name, options)
     piece = import_piece(gm, args, name)
+    grown = _grown_args(piece, args)
+    if grown is not None:  # shapes vary past those planned: the next range, planned once
+        try:  # kept as the range's plans and builds; its executors are let go
+            ranged = _planned_calls(import_piece(gm, grown, name), grown, needs, options)
+            forget(*(getattr(ranged, f, None) for f in ("ex", "forward", "backward")))
+        except Exception:  # noqa: BLE001 - a graph specialised to its shapes: planned as it is
+            pass
+    return _planned_calls(piece, args, needs, options)
+
+
+# The largest shapes each piece graph (by structure: planner.torch.executors._structure) was
+# called with, by graph input: a call past them in some dimension plans the next range, each
+# larger dimension rounded up to a power of two, and runs in it (Dynamo's automatic-dynamic
+# moment, answered once rather than at each new size: planner/pipeline/ranges.py).
+_LARGEST: dict[str, dict[str, tuple[int, ...]]] = {}
+
+
+class ShapeChurn(UserWarning):
+    """A graph torch.compile(backend="planner") keeps being called with new shapes."""
+
+
+# Distinct input shapes per piece structure, and after how many the user is told (once).
+_DISTINCT: dict[str, set] = {}
+CHURN = 8
+
+
+def _tell_churn(piece: Any, key: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    seen = _DISTINCT.setdefault(key, set())
+    seen.add(tuple(sorted(shapes.items())))
+    if len(seen) == CHURN:
+        largest = {n: tuple(max(s[k] for d in seen for m, s in d if m == n)
+                            for k in range(len(shape))) for n, shape in shapes.items()}
+        said = ", ".join(f"{n} {list(s)}" for n, s in sorted(largest.items()))
+        warnings.warn(f"graph {piece.graph.name}: called with {CHURN} distinct input shapes so "
+                      f"far (largest {said}); each runs in a range plan, and a size past them "
+                      f"plans the next power of two once: call it first with the largest "
+                      f"shapes it will see, and one range holds them all", ShapeChurn,
+                      stacklevel=2)
+
+
+def _grown_args(piece: Any, args: Sequence[Any]) -> list[Any] | None:
+    """`args` at the next range's shapes when some tensor is larger than every earlier call of
+    a piece graph of this structure had it (its values repeated to the new sizes; a size
+    argument Dynamo passes for a dynamic dimension set to match), else None; the largest
+    shapes recorded either way."""
+    import numpy as np
+    import torch
+
+    from planner.torch.executors import _structure
+    from planner.torch.shapes import grown_key
+
+    shapes = {n: tuple(a.shape) for n, a in zip(piece.inputs, args, strict=True)
+              if n and isinstance(a, torch.Tensor)}
+    key = _structure(piece.graph, None)
+    seen = _LARGEST.setdefault(key, shapes)
+    _tell_churn(piece, key, shapes)
+    names = sorted(shapes)
+    if set(seen) != set(shapes) or seen is shapes:
+        return None
+    grown = grown_key([tuple(seen[n] for n in names)], tuple(shapes[n] for n in names))
+    seen.update({n: tuple(max(a, b) for a, b in zip(seen[n], shapes[n], strict=True))
+                 for n in names})
+    if grown is None:
+        return None
+    to = dict(zip(names, grown, strict=True))
+    seen.update(to)
+    sizes = {old: new for n in names for old, new in zip(shapes[n], to[n], strict=True)
+             if new != old}
+    out = []
+    for n, a in zip(piece.inputs, args, strict=True):
+        if n and isinstance(a, torch.Tensor):
+            wide = np.pad(a.detach().numpy(), [(0, t - d) for d, t in zip(a.shape, to[n],
+                                                                          strict=True)],
+                          mode="wrap")
+            out.append(torch.from_numpy(wide).requires_grad_(a.requires_grad))
+        elif isinstance(a, int) and not isinstance(a, bool) and a in sizes:
+            out.append(sizes[a])
+        else:
+            out.append(a)
+    return out
+
+
+def _planned_calls(piece: Any, args: Sequence[Any], needs: tuple[bool, ...] | None,
+                   options: BackendOptions) -> Any:
+    """The imported piece planned for its calls: one inference plan, or the forward and
+    backward plans of its vector-Jacobian product (module docstring)."""
     graph = _with_draw_count(piece.graph)
     feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)
     if needs is None:
