@@ -185,6 +185,11 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     if within is not None:  # a smaller shape of a graph planned before: its build, no plan
         name, package, step, concrete = within
     else:
+        import sys
+
+        shapes = ", ".join(str(list(s)) for s in _inputs(prepared))
+        print(f"planner: graph {graph.name!r} for inputs {shapes}: planning (measuring only "
+              f"what this host has not), then building", file=sys.stderr, flush=True)
         folder = options.folder()
         by_name = {t.name: t for t in prepared.tensors}
         table = _cost_table(options.costs, prepared, target, folder,

@@ -143,6 +143,11 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     piece = import_piece(gm, args, name)
     grown = _grown_args(piece, args)
     if grown is not None:  # shapes vary past those planned: the next range, planned once
+        import sys
+
+        shapes = ", ".join(str(list(a.shape)) for a in grown if isinstance(a, torch.Tensor))
+        print(f"planner: graph {name} is called with shapes past those planned: planning its "
+              f"range up to {shapes} once", file=sys.stderr, flush=True)
         try:  # kept as the range's plans and builds; its executors are let go
             ranged = _planned_calls(import_piece(gm, grown, name), grown, needs, options)
             forget(*(getattr(ranged, f, None) for f in ("ex", "forward", "backward")))
