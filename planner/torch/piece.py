@@ -27,6 +27,11 @@ Dropout and random ops draw from the planner's generator (planner/ops/random.py)
 count of calls over the process (RNG_STEP), so each call draws anew and a backward call redraws
 its forward call's Dropout mask; the bits are not torch's.
 
+A second-order gradient (`torch.autograd.grad(..., create_graph=True)` through a planned graph:
+WGAN-GP's and R1's penalties, MAML) is refused when asked for (DoubleBackward, naming the graph),
+as Inductor's aot_autograd refuses it: the backward executor's gradients have no autograd graph,
+and a gradient handed back without one would train nothing, silently.
+
 A call the planner refuses (an op it lacks, an op without a gradient rule) runs gm itself,
 eagerly, after one warning line naming the op and where (PlannerFallback), or raises with
 options fallback=False.
@@ -56,6 +61,11 @@ from planner.torch.executors import (
 
 class PlannerFallback(UserWarning):
     """A graph torch.compile(backend="planner") runs eagerly: the planner refused it."""
+
+
+class DoubleBackward(RuntimeError):
+    """A gradient asked of a planned graph's backward (create_graph=True): refused, where a
+    gradient without an autograd graph would be silently non-differentiable."""
 
 
 class Piece:
@@ -141,7 +151,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     forward = _pool(split.forward, piece.consts, options, feeds.examples(args))
     backward = _pool(split.backward, piece.consts, options, None) \
         if split.backward.nodes else None
-    return _Training(piece, feeds, split, forward, backward, needs, frozenset(of))
+    return _Training(piece, feeds, split, forward, backward, needs, frozenset(of), name)
 
 
 class _Inference:
@@ -160,8 +170,9 @@ class _Inference:
 
 class _Training:
     def __init__(self, piece: Any, feeds: _Feeds, split: Any, forward: Any, backward: Any,
-                 needs: tuple[bool, ...], differentiable: frozenset[str]) -> None:
+                 needs: tuple[bool, ...], differentiable: frozenset[str], name: str) -> None:
         self.piece, self.feeds, self.split = piece, feeds, split
+        self.name = name
         self.forward, self.backward = forward, backward
         self.needs = needs
         self.differentiable = differentiable
@@ -253,6 +264,16 @@ def _function() -> Any:
         @staticmethod
         def backward(ctx: Any, *grad_outs: Any) -> Any:
             run: _Training = ctx.run
+            if torch.is_grad_enabled():
+                # create_graph=True (autograd runs a backward with gradients on only then):
+                # the executor's gradients have no autograd graph of their own, so they would
+                # come back silently non-differentiable (a WGAN-GP penalty that trains nothing).
+                raise DoubleBackward(
+                    f"graph {run.name}: torch.autograd.grad(..., create_graph=True) (or "
+                    f"backward(create_graph=True)) through a graph planned by "
+                    f"torch.compile(backend=\"planner\"): the planner's backward is not "
+                    f"differentiable again; compute that gradient with the module uncompiled "
+                    f"(the compiled module's _orig_mod) or compiled by another backend")
             piece, split = run.piece, run.split
             # (unpacked first: a second backward of a freed graph raises here, as eager does,
             # before the arena's arrays, no longer this call's, are read)

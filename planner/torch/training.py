@@ -40,7 +40,13 @@ import numpy as np
 from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
-from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
+from planner.torch.export_watch import (
+    custom_gradients,
+    export_failed,
+    frozen_calls,
+    gradients_taken,
+    watching,
+)
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -82,8 +88,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
         try:
             program = torch.export.export(wrapped, args)
         except Exception as e:  # torch's own failure, as one line saying where and what to do
-            raise export_failed(e, watch, name) from None
-    refusal = custom_gradients(watch, name)
+            raise (gradients_taken(watch, name) or export_failed(e, watch, name)) from None
+    refusal = gradients_taken(watch, name) or custom_gradients(watch, name)
     if refusal is not None:
         raise refusal
     if refusals:
