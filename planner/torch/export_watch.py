@@ -13,6 +13,9 @@ which `torch.autograd.Function`s the trace went through, so that both become one
 - `torch.autograd.grad` (or `backward`) called inside the module or the loss: a gradient
   penalty (WGAN-GP's `create_graph=True`). torch.export cannot trace it (it fails, or bakes in
   a value), and the step differentiates the program once: refused naming the call and line.
+- `Tensor.register_hook` called inside forward (a gradient hook on an activation): torch.export
+  drops it, so it is refused naming the line (a parameter's hooks and a module's backward
+  hooks are refused before the trace: planner/torch/hooks.py).
 - `torch.inference_mode()`, which torch.export does not record (its region would be traced
   as if gradients were on), is traced as `torch.no_grad()` (`inference_mode(False)` as
   `enable_grad()`) while the module runs, however the user's code holds it (a `with`, a
@@ -81,6 +84,8 @@ class Watch:
     frozen: list[tuple[str, str]] = field(default_factory=list)  # (function, file:line)
     # torch.autograd.grad / backward called by the user's code: (call, file:line, where)
     gradients: list[tuple[str, str, str]] = field(default_factory=list)
+    # Tensor.register_hook called by the user's code: (file:line, where)
+    tensor_hooks: list[tuple[str, str]] = field(default_factory=list)
 
     def where(self) -> str:
         """The innermost running module's path, `the loss` after the module returned."""
@@ -136,6 +141,8 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
     differentiators = {fn: getattr(autograd, fn) for fn in ("grad", "backward")}
     for fn, original in differentiators.items():
         setattr(autograd, fn, _gradient_taken(watch, fn, original))
+    register_hook = torch.Tensor.register_hook
+    torch.Tensor.register_hook = _hook_noted(watch, register_hook)
     mode = torch.autograd.grad_mode.inference_mode
     enter, leave = mode.__enter__, mode.__exit__
     mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
@@ -146,6 +153,7 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
         mode.__enter__, mode.__exit__ = enter, leave
         for fn, original in differentiators.items():
             setattr(autograd, fn, original)
+        torch.Tensor.register_hook = register_hook
         for module, fn, original in replaced:
             setattr(module, fn, original)
         function.apply = real
@@ -184,6 +192,18 @@ def _gradient_taken(watch: Watch, fn: str, original: Any) -> Any:
         return original(*args, **kwargs)
 
     return call
+
+
+def _hook_noted(watch: Watch, original: Any) -> Any:
+    """Tensor.register_hook, noting in `watch` each call the user's code makes."""
+    def register_hook(self: Any, hook: Any) -> Any:
+        frame = sys._getframe(1)
+        if _users(frame.f_code.co_filename):
+            watch.tensor_hooks.append((f"{frame.f_code.co_filename}:{frame.f_lineno}",
+                                       watch.where()))
+        return original(self, hook)
+
+    return register_hook
 
 
 def _as_no_grad(watch: Watch, enter: Any, leave: Any) -> tuple[Any, Any]:
@@ -249,6 +269,17 @@ def gradients_taken(watch: Watch, module: str) -> TorchImportError | None:
         f"loss (a gradient penalty: WGAN-GP, R1; MAML's inner step) is not traced; train this "
         f"model with PyTorch's own loop (torch.compile(backend=\"planner\") refuses a second "
         f"backward too)")
+
+
+def hooks_registered(watch: Watch, module: str) -> TorchImportError | None:
+    """The refusal of a gradient hook registered on a tensor inside forward, if any."""
+    if not watch.tensor_hooks:
+        return None
+    line, where = watch.tensor_hooks[0]
+    from planner.torch.hooks import INSTEAD
+
+    return TorchImportError(f"{module}: a gradient hook (Tensor.register_hook) at {line}"
+                            f"{' ' + where if where else ''}: {INSTEAD}")
 
 
 def export_failed(e: BaseException, watch: Watch, module: str) -> TorchImportError:

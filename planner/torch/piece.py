@@ -124,7 +124,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
           options: BackendOptions) -> Any:
     import torch
 
-    from planner.torch.dynamo_import import import_piece
+    from planner.torch.dynamo_import import check_custom_backwards, import_piece
 
     for a in args:
         if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
@@ -136,6 +136,8 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     # graph holding tensors, a model's global constant, say, keeps them as constants below).
     if held_tensors(gm) and needs is None:
         return held_run(gm, args, name, options)
+    if needs is not None:
+        check_custom_backwards(gm)
     piece = import_piece(gm, args, name)
     graph = _with_draw_count(piece.graph)
     feeds = _Feeds(piece.inputs, RNG_STEP in graph.tensor_map)

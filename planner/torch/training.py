@@ -45,8 +45,10 @@ from planner.torch.export_watch import (
     export_failed,
     frozen_calls,
     gradients_taken,
+    hooks_registered,
     watching,
 )
+from planner.torch.hooks import backward_hooks
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -56,8 +58,13 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     """torch.export of `loss(module(*inputs), labels)` followed by the module's outputs (or
     of the module alone without a loss), in the module's current train()/eval() mode.
     TorchImportError, in one line, where torch.export fails or the trace goes through a
-    torch.autograd.Function of the user's (planner/torch/export_watch.py)."""
+    torch.autograd.Function of the user's (planner/torch/export_watch.py) or a backward hook
+    the step could not apply (planner/torch/hooks.py)."""
     import torch
+
+    hooked = backward_hooks(module, type(module).__name__)
+    if hooked is not None:  # before the trace: the trace would drop it, silently
+        raise TorchImportError(hooked)
 
     class WithLoss(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
@@ -88,8 +95,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
         try:
             program = torch.export.export(wrapped, args)
         except Exception as e:  # torch's own failure, as one line saying where and what to do
-            raise (gradients_taken(watch, name) or export_failed(e, watch, name)) from None
-    refusal = gradients_taken(watch, name) or custom_gradients(watch, name)
+            raise (gradients_taken(watch, name) or hooks_registered(watch, name)
+                   or export_failed(e, watch, name)) from None
+    refusal = (gradients_taken(watch, name) or hooks_registered(watch, name)
+               or custom_gradients(watch, name))
     if refusal is not None:
         raise refusal
     if refusals:
