@@ -180,6 +180,10 @@ class _Training:
         self.differentiable = differentiable
         position = {n: k for k, n in enumerate(piece.inputs) if n}
         self.read = tuple(position[t] for t in split.forward_inputs_read if t in position)
+        # The arguments the call writes back into (a buffer written in forward): what the
+        # backward reads of them is their value before the write, saved as a copy (the write
+        # would otherwise change what autograd saved: its version check refuses the backward).
+        self.written = frozenset(k for k, _ in piece.mutations)
         # The saved activations the forward call returns as views of its leased arena: not
         # the user's (outputs and written-back arguments are copies, so a loss kept in a list
         # pins no arena; a saved output is saved as the output tensor itself).
@@ -258,7 +262,8 @@ def _function() -> Any:
             ctx.leaves = [weakref.ref(a) for a, need in zip(args, run.needs, strict=True)
                           if need and a.is_leaf]
             ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
-            ctx.save_for_backward(*(args[k] for k in run.read), *saved)
+            ctx.save_for_backward(*(args[k].detach().clone() if k in run.written else args[k]
+                                    for k in run.read), *saved)
             ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
                                           if o not in run.differentiable], *mutations)
             return (*outs, *mutations)
