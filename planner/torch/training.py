@@ -284,7 +284,9 @@ class Trainer:
             if name in held:
                 out[key] = held[name]
             elif name in self.imported.counters:
-                out[key] = self._start[key] + self.steps * self.imported.counters[name]
+                start = self._start[key]  # (an array, as every value: a 0-d one stays one)
+                out[key] = np.array(start + self.steps * self.imported.counters[name],
+                                    dtype=start.dtype)
             elif key in self._start:  # a buffer no op reads (eval-mode num_batches_tracked)
                 out[key] = self._start[key].copy()
         return out

@@ -52,6 +52,8 @@ def test_trains_as_pytorch(case: Case, tmp_path):
     f32, f64 = torch_run(case, torch.float32), torch_run(case, torch.float64)
     assert mismatches(ours, f32, f64) == []
     start = model.state_dict()
+    for key, value in ours.state.items():  # arrays all, 0-d ones too (num_batches_tracked)
+        assert torch.from_numpy(value).shape == start[key].shape, key
     for key in case.unchanged:  # frozen: not a bit moved
         np.testing.assert_array_equal(ours.state[key], start[key].numpy(), err_msg=key)
     t.load_into(model, copy=True)
