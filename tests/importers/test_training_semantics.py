@@ -138,7 +138,18 @@ class ClampedUnderNoGrad(nn.Module):
         return y * 2
 
 
+class ZeroedUnderNoGrad(ClampedUnderNoGrad):
+    """The same through a view (an indexed write), which the region does not return."""
+
+    def forward(self, x):
+        y = self.lin(x)
+        with torch.no_grad():
+            y[:, 0] = 0.0
+        return y * 2
+
+
 @pytest.mark.parametrize(("module", "says"), [
+    (ZeroedUnderNoGrad, r"node 'linear': changed in place under torch\.no_grad\(\)"),
     (WritesWeight, r"parameter 'lin\.weight': overwritten in forward .* set its "
                    r"requires_grad=False"),
     (ClampedUnderNoGrad, r"node 'linear': changed in place under torch\.no_grad\(\)"),

@@ -78,13 +78,17 @@ def _written_inputs(program: Any, region: Any) -> list[Any]:
         schema = getattr(node.target, "_schema", None)
         if node.op != "call_function" or not getattr(schema, "is_mutable", False):
             continue
-        base = node.args[0] if node.args else None
-        while getattr(base, "op", "") == "call_function" and base.args and _aliases(base):
-            base = base.args[0]
-        if base in placeholders:
-            source = region.args[2 + placeholders.index(base)]
-            if source not in written:
-                written.append(source)
+        # the arguments the op writes (`self` of `lerp_`; a train-mode batch norm's running
+        # statistics, not its input)
+        for arg, base in zip(schema.arguments, node.args, strict=False):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            while getattr(base, "op", "") == "call_function" and base.args and _aliases(base):
+                base = base.args[0]
+            if base in placeholders:
+                source = region.args[2 + placeholders.index(base)]
+                if source not in written:
+                    written.append(source)
     return written
 
 
