@@ -98,6 +98,26 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
                        tuple(zip(mutated, returned[:n_mut], strict=True)))  # type: ignore[arg-type]
 
 
+def check_custom_backwards(gm: Any) -> None:
+    """TorchImportError naming the first torch.autograd.Function of the user's in `gm` (Dynamo
+    records one as `autograd_function_apply` with its forward and backward bodies): a graph
+    that is differentiated gets the planner's gradient rules, which would replace the
+    Function's own backward (a straight-through estimator's, say) with the derivative of its
+    forward. Eager runs that graph (Piece's fallback) with the Function's own backward."""
+    import torch
+
+    from planner.importers.torch.origin import user_line
+
+    apply = getattr(torch.ops.higher_order, "autograd_function_apply", None)
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and apply is not None and n.target is apply:
+            line = user_line(n)
+            raise TorchImportError(
+                f"node {n.name!r}{' at ' + line if line else ''}: a torch.autograd.Function "
+                f"with its own backward, which the planner's gradient rules would replace with "
+                f"the derivative of its forward")
+
+
 def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
     """torch.export of `gm` on `args`, its tensors (at `tensor_at`) the program's inputs and
     every other argument fixed; TorchImportError in one line where torch.export fails."""

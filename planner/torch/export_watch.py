@@ -10,6 +10,12 @@ which `torch.autograd.Function`s the trace went through, so that both become one
   drops its custom backward, so the planner would train with the derivative of the forward
   instead of the user's gradient. It is refused, naming the function and the module.
 
+- `torch.autograd.grad` (or `backward`) called inside the module or the loss: a gradient
+  penalty (WGAN-GP's `create_graph=True`). torch.export cannot trace it (it fails, or bakes in
+  a value), and the step differentiates the program once: refused naming the call and line.
+- `Tensor.register_hook` called inside forward (a gradient hook on an activation): torch.export
+  drops it, so it is refused naming the line (a parameter's hooks and a module's backward
+  hooks are refused before the trace: planner/torch/hooks.py).
 - `torch.inference_mode()`, which torch.export does not record (its region would be traced
   as if gradients were on), is traced as `torch.no_grad()` (`inference_mode(False)` as
   `enable_grad()`) while the module runs, however the user's code holds it (a `with`, a
@@ -76,6 +82,10 @@ class Watch:
     model_done: bool = False
     functions: list[tuple[str, str]] = field(default_factory=list)
     frozen: list[tuple[str, str]] = field(default_factory=list)  # (function, file:line)
+    # torch.autograd.grad / backward called by the user's code: (call, file:line, where)
+    gradients: list[tuple[str, str, str]] = field(default_factory=list)
+    # Tensor.register_hook called by the user's code: (file:line, where)
+    tensor_hooks: list[tuple[str, str]] = field(default_factory=list)
 
     def where(self) -> str:
         """The innermost running module's path, `the loss` after the module returned."""
@@ -127,6 +137,12 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
                 for fn in fns if hasattr(module, fn)]
     for module, fn, original in replaced:
         setattr(module, fn, _noting(watch, f"{module.__name__}.{fn}", original))
+    autograd = torch.autograd
+    differentiators = {fn: getattr(autograd, fn) for fn in ("grad", "backward")}
+    for fn, original in differentiators.items():
+        setattr(autograd, fn, _gradient_taken(watch, fn, original))
+    register_hook = torch.Tensor.register_hook
+    torch.Tensor.register_hook = _hook_noted(watch, register_hook)
     mode = torch.autograd.grad_mode.inference_mode
     enter, leave = mode.__enter__, mode.__exit__
     mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
@@ -135,6 +151,9 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
     finally:
         active.clear()
         mode.__enter__, mode.__exit__ = enter, leave
+        for fn, original in differentiators.items():
+            setattr(autograd, fn, original)
+        torch.Tensor.register_hook = register_hook
         for module, fn, original in replaced:
             setattr(module, fn, original)
         function.apply = real
@@ -151,6 +170,40 @@ def _noting(watch: Watch, name: str, original: Any) -> Any:
         return original(*args, **kwargs)
 
     return call
+
+
+def _gradient_taken(watch: Watch, fn: str, original: Any) -> Any:
+    """torch.autograd.`fn` (grad or backward), noting in `watch` each call the user's code
+    makes (directly, or through Tensor.backward) while the module or the loss runs."""
+    import torch
+
+    torch_dir = Path(torch.__file__).parent
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        frame = sys._getframe(1)
+        while frame is not None and _under(frame.f_code.co_filename, torch_dir):
+            frame = frame.f_back
+        if frame is not None and _users(frame.f_code.co_filename):
+            create = kwargs.get("create_graph", False)
+            spelled = (f"torch.autograd.{fn}(..., create_graph=True)" if create
+                       else f"torch.autograd.{fn}")
+            watch.gradients.append((spelled, f"{frame.f_code.co_filename}:{frame.f_lineno}",
+                                    watch.where()))
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _hook_noted(watch: Watch, original: Any) -> Any:
+    """Tensor.register_hook, noting in `watch` each call the user's code makes."""
+    def register_hook(self: Any, hook: Any) -> Any:
+        frame = sys._getframe(1)
+        if _users(frame.f_code.co_filename):
+            watch.tensor_hooks.append((f"{frame.f_code.co_filename}:{frame.f_lineno}",
+                                       watch.where()))
+        return original(self, hook)
+
+    return register_hook
 
 
 def _as_no_grad(watch: Watch, enter: Any, leave: Any) -> tuple[Any, Any]:
@@ -203,6 +256,30 @@ def custom_gradients(watch: Watch, module: str) -> TorchImportError | None:
         f"{module}: torch.autograd.Function {listed}: torch.export traces its forward and drops "
         f"its backward, so the step would train with another gradient than PyTorch's; write "
         f"it with torch ops (its gradient is then theirs)")
+
+
+def gradients_taken(watch: Watch, module: str) -> TorchImportError | None:
+    """The refusal of a gradient taken inside the traced module or loss, if any."""
+    if not watch.gradients:
+        return None
+    spelled, line, where = watch.gradients[0]
+    return TorchImportError(
+        f"{module}: {spelled} at {line}{' ' + where if where else ''}: the trainer "
+        f"differentiates the traced step once, and a gradient taken inside the model or the "
+        f"loss (a gradient penalty: WGAN-GP, R1; MAML's inner step) is not traced; train this "
+        f"model with PyTorch's own loop (torch.compile(backend=\"planner\") refuses a second "
+        f"backward too)")
+
+
+def hooks_registered(watch: Watch, module: str) -> TorchImportError | None:
+    """The refusal of a gradient hook registered on a tensor inside forward, if any."""
+    if not watch.tensor_hooks:
+        return None
+    line, where = watch.tensor_hooks[0]
+    from planner.torch.hooks import INSTEAD
+
+    return TorchImportError(f"{module}: a gradient hook (Tensor.register_hook) at {line}"
+                            f"{' ' + where if where else ''}: {INSTEAD}")
 
 
 def export_failed(e: BaseException, watch: Watch, module: str) -> TorchImportError:

@@ -27,6 +27,11 @@ Dropout and random ops draw from the planner's generator (planner/ops/random.py)
 count of calls over the process (RNG_STEP), so each call draws anew and a backward call redraws
 its forward call's Dropout mask; the bits are not torch's.
 
+A second-order gradient (`torch.autograd.grad(..., create_graph=True)` through a planned graph:
+WGAN-GP's and R1's penalties, MAML) is refused when asked for (DoubleBackward, naming the graph),
+as Inductor's aot_autograd refuses it: the backward executor's gradients have no autograd graph,
+and a gradient handed back without one would train nothing, silently.
+
 A call the planner refuses (an op it lacks, an op without a gradient rule) runs gm itself,
 eagerly, after one warning line naming the op and where (PlannerFallback), or raises with
 options fallback=False.
@@ -64,6 +69,11 @@ class PlannerFallback(UserWarning):
 # kept_calls, the oldest's executors are let go (a later call of it makes them again, from
 # the build kept by its plan's digest or its range's: no planning, no build).
 _KEPT: OrderedDict[tuple[int, tuple], Piece] = OrderedDict()
+
+
+class DoubleBackward(RuntimeError):
+    """A gradient asked of a planned graph's backward (create_graph=True): refused, where a
+    gradient without an autograd graph would be silently non-differentiable."""
 
 
 class Piece:
@@ -128,7 +138,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
           options: BackendOptions) -> Any:
     import torch
 
-    from planner.torch.dynamo_import import import_piece
+    from planner.torch.dynamo_import import check_custom_backwards, import_piece
 
     for a in args:
         if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
@@ -140,6 +150,8 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     # graph holding tensors, a model's global constant, say, keeps them as constants below).
     if held_tensors(gm) and needs is None:
         return held_run(gm, args, name, options)
+    if needs is not None:
+        check_custom_backwards(gm)
     piece = import_piece(gm, args, name)
     grown = _grown_args(piece, args)
     if grown is not None:  # shapes vary past those planned: the next range, planned once
@@ -149,11 +161,12 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         print(f"planner: graph {name} is called with shapes past those planned: planning its "
               f"range up to {shapes} once", file=sys.stderr, flush=True)
         try:  # kept as the range's plans and builds; its executors are let go
-            ranged = _planned_calls(import_piece(gm, grown, name), grown, needs, options)
+            ranged = _planned_calls(import_piece(gm, grown, name), grown, needs, name,
+                                    options)
             forget(*(getattr(ranged, f, None) for f in ("ex", "forward", "backward")))
         except Exception:  # noqa: BLE001 - a graph specialised to its shapes: planned as it is
             pass
-    return _planned_calls(piece, args, needs, options)
+    return _planned_calls(piece, args, needs, name, options)
 
 
 # The largest shapes each piece graph (by structure: planner.torch.executors._structure) was
@@ -229,7 +242,7 @@ def _grown_args(piece: Any, args: Sequence[Any]) -> list[Any] | None:
 
 
 def _planned_calls(piece: Any, args: Sequence[Any], needs: tuple[bool, ...] | None,
-                   options: BackendOptions) -> Any:
+                   name: str, options: BackendOptions) -> Any:
     """The imported piece planned for its calls: one inference plan, or the forward and
     backward plans of its vector-Jacobian product (module docstring)."""
     graph = _with_draw_count(piece.graph)
@@ -246,7 +259,7 @@ def _planned_calls(piece: Any, args: Sequence[Any], needs: tuple[bool, ...] | No
     forward = _pool(split.forward, piece.consts, options, feeds.examples(args))
     backward = _pool(split.backward, piece.consts, options, None) \
         if split.backward.nodes else None
-    return _Training(piece, feeds, split, forward, backward, needs, frozenset(of))
+    return _Training(piece, feeds, split, forward, backward, needs, frozenset(of), name)
 
 
 class _Inference:
@@ -265,13 +278,18 @@ class _Inference:
 
 class _Training:
     def __init__(self, piece: Any, feeds: _Feeds, split: Any, forward: Any, backward: Any,
-                 needs: tuple[bool, ...], differentiable: frozenset[str]) -> None:
+                 needs: tuple[bool, ...], differentiable: frozenset[str], name: str) -> None:
         self.piece, self.feeds, self.split = piece, feeds, split
+        self.name = name
         self.forward, self.backward = forward, backward
         self.needs = needs
         self.differentiable = differentiable
         position = {n: k for k, n in enumerate(piece.inputs) if n}
         self.read = tuple(position[t] for t in split.forward_inputs_read if t in position)
+        # The arguments the call writes back into (a buffer written in forward): what the
+        # backward reads of them is their value before the write, saved as a copy (the write
+        # would otherwise change what autograd saved: its version check refuses the backward).
+        self.written = frozenset(k for k, _ in piece.mutations)
         # The saved activations the forward call returns as views of its leased arena: not
         # the user's (outputs and written-back arguments are copies, so a loss kept in a list
         # pins no arena; a saved output is saved as the output tensor itself).
@@ -350,7 +368,8 @@ def _function() -> Any:
             ctx.leaves = [weakref.ref(a) for a, need in zip(args, run.needs, strict=True)
                           if need and a.is_leaf]
             ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
-            ctx.save_for_backward(*(args[k] for k in run.read), *saved)
+            ctx.save_for_backward(*(args[k].detach().clone() if k in run.written else args[k]
+                                    for k in run.read), *saved)
             ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
                                           if o not in run.differentiable], *mutations)
             return (*outs, *mutations)
@@ -358,6 +377,16 @@ def _function() -> Any:
         @staticmethod
         def backward(ctx: Any, *grad_outs: Any) -> Any:
             run: _Training = ctx.run
+            if torch.is_grad_enabled():
+                # create_graph=True (autograd runs a backward with gradients on only then):
+                # the executor's gradients have no autograd graph of their own, so they would
+                # come back silently non-differentiable (a WGAN-GP penalty that trains nothing).
+                raise DoubleBackward(
+                    f"graph {run.name}: torch.autograd.grad(..., create_graph=True) (or "
+                    f"backward(create_graph=True)) through a graph planned by "
+                    f"torch.compile(backend=\"planner\"): the planner's backward is not "
+                    f"differentiable again; compute that gradient with the module uncompiled "
+                    f"(the compiled module's _orig_mod) or compiled by another backend")
             piece, split = run.piece, run.split
             # (unpacked first: a second backward of a freed graph raises here, as eager does,
             # before the arena's arrays, no longer this call's, are read)

@@ -41,7 +41,15 @@ import numpy as np
 from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
-from planner.torch.export_watch import custom_gradients, export_failed, frozen_calls, watching
+from planner.torch.export_watch import (
+    custom_gradients,
+    export_failed,
+    frozen_calls,
+    gradients_taken,
+    hooks_registered,
+    watching,
+)
+from planner.torch.hooks import backward_hooks
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of, spell
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -51,8 +59,13 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     """torch.export of `loss(module(*inputs), labels)` followed by the module's outputs (or
     of the module alone without a loss), in the module's current train()/eval() mode.
     TorchImportError, in one line, where torch.export fails or the trace goes through a
-    torch.autograd.Function of the user's (planner/torch/export_watch.py)."""
+    torch.autograd.Function of the user's (planner/torch/export_watch.py) or a backward hook
+    the step could not apply (planner/torch/hooks.py)."""
     import torch
+
+    hooked = backward_hooks(module, type(module).__name__)
+    if hooked is not None:  # before the trace: the trace would drop it, silently
+        raise TorchImportError(hooked)
 
     class WithLoss(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
@@ -83,8 +96,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
         try:
             program = torch.export.export(wrapped, args)
         except Exception as e:  # torch's own failure, as one line saying where and what to do
-            raise export_failed(e, watch, name) from None
-    refusal = custom_gradients(watch, name)
+            raise (gradients_taken(watch, name) or hooks_registered(watch, name)
+                   or export_failed(e, watch, name)) from None
+    refusal = (gradients_taken(watch, name) or hooks_registered(watch, name)
+               or custom_gradients(watch, name))
     if refusal is not None:
         raise refusal
     if refusals:
@@ -270,7 +285,9 @@ class Trainer:
             if name in held:
                 out[key] = held[name]
             elif name in self.imported.counters:
-                out[key] = self._start[key] + self.steps * self.imported.counters[name]
+                start = self._start[key]  # (an array, as every value: a 0-d one stays one)
+                out[key] = np.array(start + self.steps * self.imported.counters[name],
+                                    dtype=start.dtype)
             elif key in self._start:  # a buffer no op reads (eval-mode num_batches_tracked)
                 out[key] = self._start[key].copy()
         return out

@@ -18,7 +18,6 @@ float32 ulps of the tensor's scale (where float32 happens to be exact), as every
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import prune
 
 F = nn.functional
 EPS32 = float(np.finfo(np.float32).eps)
@@ -82,7 +82,7 @@ def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS,
               wrap: Callable[[nn.Module], Any] | None = None) -> Run:
     """PyTorch's own steps of a fresh module in `dtype`; with `wrap`, the module is called
     through wrap(module), the evaluation's copy too (torch.compile with a backend)."""
-    model = copy.deepcopy(case.make()).to(dtype)
+    model = case.make().to(dtype)
     call = model if wrap is None else wrap(model)
     opt = case.torch_optimizer(list(model.parameters()))
     losses, outputs = [], []
@@ -104,7 +104,11 @@ def torch_run(case: Case, dtype: torch.dtype, steps: int = STEPS,
         losses.append(float(value.detach()))
         outputs.append([o.detach().numpy().copy() for o in previous])
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    evaluated = copy.deepcopy(model).eval()  # eval() may still write buffers: on a copy
+    # eval() may still write buffers: on a copy (a fresh one loaded with the state: a pruned
+    # module's recomputed weight is no leaf, which deepcopy refuses)
+    evaluated = case.make().to(dtype)
+    evaluated.load_state_dict(model.state_dict())
+    evaluated.eval()
     inputs, labels = case.batches()[0]
     with torch.no_grad():
         out = (evaluated if wrap is None else wrap(evaluated))(*[_cast(v, dtype) for v in inputs])
@@ -505,6 +509,76 @@ class TeacherInForward(Teacher):
         return self.student(x), target
 
 
+def _hooked() -> nn.Module:
+    """Forward hooks, which torch.export runs while tracing: a pre-hook scaling the input of
+    a layer and a hook adding to its output."""
+    model = MLP()
+    model.lin1.register_forward_pre_hook(lambda m, args: (args[0] * 0.5,))
+    model.lin2.register_forward_hook(lambda m, args, out: out + 0.1 * args[0][:, :3])
+    return model
+
+
+def _pruned() -> nn.Module:
+    """torch.nn.utils.prune: the weight recomputed by a forward pre-hook as `weight_orig *
+    weight_mask` (how PyTorch masks a gradient without a tensor hook)."""
+    model = MLP()
+    prune.l1_unstructured(model.lin1, "weight", amount=0.5)
+    return model
+
+
+class RunningStats(nn.Module):
+    """A hand-written normaliser between two layers: running statistics of the first layer's
+    output written in place under a no-gradient region (`spelling`: lerp_, mul_/add_/addcmul_,
+    copy_, an indexed write, fill_ with a tensor), then read after the write. PyTorch's read
+    sees the new value and no gradient reaches the first layer through the update."""
+
+    def __init__(self, spelling: str, grad_off: Callable[[], Any] = torch.no_grad) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(5, 4), nn.Linear(4, 3)
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("sq", torch.ones(4))
+        self.register_buffer("scale", torch.ones(()))
+        self.spelling, self.grad_off = spelling, grad_off
+
+    def update(self, h: Any) -> None:
+        m, mean, sq = 0.3, h.mean(0), (h * h).mean(0)
+        if self.spelling == "lerp_":
+            self.mean.lerp_(mean, m)
+            self.sq.lerp_(sq, m)
+        elif self.spelling == "mul_add_":
+            self.mean.mul_(1 - m).add_(mean, alpha=m)
+            self.sq.mul_(1 - m).addcmul_(mean, mean, value=m).add_(h.var(0), alpha=m)
+        elif self.spelling == "copy_":
+            self.mean.copy_(self.mean * (1 - m) + mean * m)
+            self.sq.copy_(self.sq * (1 - m) + sq * m)
+        elif self.spelling == "indexed":
+            self.mean[:] = self.mean * (1 - m) + mean * m
+            self.sq[1:] = self.sq[1:] * (1 - m) + sq[1:] * m
+        elif self.spelling == "fill_":
+            self.scale.fill_(h.abs().mean() + 0.5)
+
+    def forward(self, x: Any) -> Any:
+        h = torch.tanh(self.a(x))
+        with self.grad_off():
+            self.update(h)
+        var = (self.sq - self.mean ** 2).clamp_min(1e-2)
+        return self.b((h - self.mean) / var.sqrt() / self.scale)
+
+
+class DecoratedStats(RunningStats):
+    """The update as a method under `@torch.no_grad()`."""
+
+    @torch.no_grad()
+    def update(self, h: Any) -> None:
+        super().update(h)
+
+    def forward(self, x: Any) -> Any:
+        h = torch.tanh(self.a(x))
+        self.update(h)
+        var = (self.sq - self.mean ** 2).clamp_min(1e-2)
+        return self.b((h - self.mean) / var.sqrt() / self.scale)
+
+
 MLP_DATA = _data((BATCH, 5), classes=3)
 FROZEN_TEACHER = tuple(f"teacher.{k}" for k in ("lin1.weight", "lin1.bias", "lin2.weight",
                                                 "lin2.bias"))
@@ -545,5 +619,15 @@ CASES: tuple[Case, ...] = (
     Case("step_outputs", _seeded(Cell), _same_state_twice, ce_first, carry={1: 1, 2: 2}),
     Case("ema_target_network", _seeded(Teacher), MLP_DATA, teacher_loss, between=ema),
     Case("ema_in_forward", _seeded(TeacherInForward), MLP_DATA, teacher_loss),
+    Case("forward_hooks", _seeded(_hooked), MLP_DATA, ce),
+    *(Case(f"running_stats_{spelling}", _seeded(lambda s=spelling: RunningStats(s)), MLP_DATA,
+           ce) for spelling in ("lerp_", "mul_add_", "copy_", "indexed", "fill_")),
+    Case("running_stats_decorated", _seeded(lambda: DecoratedStats("lerp_")), MLP_DATA, ce),
+    Case("running_stats_inference_mode",
+         _seeded(lambda: RunningStats("mul_add_", torch.inference_mode)), MLP_DATA, ce),
+    Case("running_stats_set_grad_enabled",
+         _seeded(lambda: RunningStats("copy_", lambda: torch.set_grad_enabled(False))),
+         MLP_DATA, ce),
+    Case("pruned", _seeded(_pruned), MLP_DATA, ce, unchanged=("lin1.weight_mask",)),
 )
 BY_NAME = {c.name: c for c in CASES}

@@ -52,6 +52,8 @@ def test_trains_as_pytorch(case: Case, tmp_path):
     f32, f64 = torch_run(case, torch.float32), torch_run(case, torch.float64)
     assert mismatches(ours, f32, f64) == []
     start = model.state_dict()
+    for key, value in ours.state.items():  # arrays all, 0-d ones too (num_batches_tracked)
+        assert torch.from_numpy(value).shape == start[key].shape, key
     for key in case.unchanged:  # frozen: not a bit moved
         np.testing.assert_array_equal(ours.state[key], start[key].numpy(), err_msg=key)
     t.load_into(model, copy=True)
@@ -136,7 +138,18 @@ class ClampedUnderNoGrad(nn.Module):
         return y * 2
 
 
+class ZeroedUnderNoGrad(ClampedUnderNoGrad):
+    """The same through a view (an indexed write), which the region does not return."""
+
+    def forward(self, x):
+        y = self.lin(x)
+        with torch.no_grad():
+            y[:, 0] = 0.0
+        return y * 2
+
+
 @pytest.mark.parametrize(("module", "says"), [
+    (ZeroedUnderNoGrad, r"node 'linear': changed in place under torch\.no_grad\(\)"),
     (WritesWeight, r"parameter 'lin\.weight': overwritten in forward .* set its "
                    r"requires_grad=False"),
     (ClampedUnderNoGrad, r"node 'linear': changed in place under torch\.no_grad\(\)"),

@@ -20,7 +20,8 @@ import planner.torch  # noqa: E402,F401  (registers the backend)
 from planner.torch.piece import PlannerFallback  # noqa: E402
 from tests.helpers.training_semantics import CASES, Case, mismatches, torch_run  # noqa: E402
 
-CI = ("no_grad_teacher", "in_place_buffer", "tied_weights", "ema_target_network")
+CI = ("no_grad_teacher", "in_place_buffer", "tied_weights", "ema_target_network",
+      "running_stats_indexed")
 
 
 def planned(model):
