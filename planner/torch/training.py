@@ -390,8 +390,9 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported, graph = first.imported, first.graph
     state = module.state_dict()
     aliases, start = _not_held(state, graph)
+    traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
     run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache,
-                 within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays))
+                 within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced))
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
                 torch_optimizer, ranks=recipe.ranks)
@@ -584,7 +585,13 @@ def _range_choices(recipe: Recipe, prepared: Any, table: Any, step: Any) -> Any:
     return choices if step_at(choices, prepared) == step else None
 
 
-def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any]) -> Built | None:
+# Shapes whose traced graphs a trainer keeps (KBs each), so that a shape whose executor was let
+# go is not traced again (torch.export and its import: about a second).
+TRACED = 256
+
+
+def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
+                  traced: dict[Any, tuple[Any, Any]] | None = None) -> Built | None:
     """The module at the shapes of `examples`, run on the build of the range plan `ranged`
     (planner/pipeline/ranges.py): traced and imported at these shapes (their own attrs and
     constants: a loss's row count), the step graph made under the range's choices and
@@ -596,8 +603,16 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any]) -> Bui
     from planner.pipeline.ranges import outside_range, step_at
 
     examples = tuple(_torch(v) for v in examples)
-    imported = _imported(recipe, examples)
-    step = step_at(ranged.choices, prepare(imported.graph, recipe.graph_options))
+    shapes = (tuple(tuple(v.shape) for v in examples), ranged.key)
+    if traced is not None and shapes in traced:
+        imported, step = traced[shapes]
+    else:
+        imported = _imported(recipe, examples)
+        step = step_at(ranged.choices, prepare(imported.graph, recipe.graph_options))
+        if traced is not None:
+            traced[shapes] = imported, step
+            while len(traced) > TRACED:
+                traced.pop(next(iter(traced)))
     problem = outside_range(ranged.graph, step)
     if problem is not None:
         print(f"trainer: shapes {spell(_key(imported, step, examples))} are not in the range "
