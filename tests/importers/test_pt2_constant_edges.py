@@ -4,9 +4,9 @@ out of range, huge), read by `planner graph` in one child process under a memory
 refused in one line naming the file (and the node), or read as data; never a signal.
 
 The constants are torch.tensor()s of the forward (lifted tensor constants: torch.export's
-trace once ran ops over them with the real kernel, planner/importers/pt2/retrace.py) or
-buffers. An operand holds one element, where torch's fake tensors keep a value and
-propagate it."""
+trace once ran ops over them with the real kernel, planner/importers/pt2/retrace.py), buffers,
+or (one file) factories whose fill values are edited in the program's JSON. An operand holds
+one element, where torch's fake tensors keep a value and propagate it."""
 
 from __future__ import annotations
 
@@ -113,6 +113,27 @@ def _edit(src: Path, dst: Path, edits: list[tuple[bytes, bytes]]) -> None:
             out.writestr(n, data)
 
 
+class _Full(torch.nn.Module):
+    """The operands made by factories of the program (their fill values in its JSON)."""
+
+    def forward(self, x):
+        k = torch.full((1,), 123456789, dtype=torch.int64)
+        d = torch.full((1,), 98765, dtype=torch.int32)
+        return x + torch.div(k, d, rounding_mode="trunc").float()
+
+
+def _edit_program(src: Path, dst: Path, edits: list[tuple[bytes, bytes]]) -> None:
+    """dst: src with the one member holding every `old` (the program's JSON) edited."""
+    with zipfile.ZipFile(src) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    (name,) = [n for n, data in members.items() if all(old in data for old, _ in edits)]
+    for old, new in edits:
+        members[name] = members[name].replace(old, new)
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as out:
+        for n, data in members.items():
+            out.writestr(n, data)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict[str, tuple[Path, bool]]:
     folder = tmp_path_factory.mktemp("edges")
@@ -124,6 +145,11 @@ def corpus(tmp_path_factory) -> dict[str, tuple[Path, bool]]:
         out[name] = (folder / f"{name}.pt2", refused)
         _edit(exported[key], out[name][0],
               [(h.tobytes(), e.tobytes()) for h, e in zip(honest, edited, strict=True)])
+    honest_full = folder / "honest_full.pt2"
+    torch.export.save(torch.export.export(_Full(), (torch.ones(1),)), honest_full)
+    out["full_json"] = (folder / "full_json.pt2", True)
+    _edit_program(honest_full, out["full_json"][0],
+                  [(b"123456789", str(I64.min).encode()), (b"98765", b"-1")])
     return out
 
 
