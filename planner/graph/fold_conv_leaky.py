@@ -11,9 +11,10 @@ kernel's own rule (v > 0 ? v : v * alpha): the same bits.
 
 The gradient stays LeakyReluGrad's, reading the LeakyRelu's output y instead of its input x:
 with a positive slope y > 0 exactly where x > 0 (a NaN stays NaN, -0 and an underflowed
-product stay <= 0), so the mask, and every bit, is the same. A slope of 0 or below is left
-apart (the mask would flip, and oneDNN's post-op takes a slope of 0 as max(v, 0), which
-loses a NaN).
+product stay <= 0), so the mask, and every bit, is the same. A slope of 0 or below, or one
+whose float32 value is not a positive normal number, is left apart (the mask would flip, and
+oneDNN's post-op takes a slope of 0 as max(v, 0), which loses a NaN, and flushes a subnormal
+to 0; fused_activation.foldable_slope, the rule planner/verify/folds.py checks again).
 
 `fold_conv_leakies` rewrites, in a graph after autodiff, every float32 Conv2D without an
 activation whose output x is no graph output and is read by one LeakyRelu of positive slope
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node
-from planner.ops.fused_activation import folded_attrs
+from planner.ops.fused_activation import foldable_slope, folded_attrs
 
 
 def fold_conv_leakies(graph: Graph) -> Graph:
@@ -89,7 +90,7 @@ def _leaky_after(graph: Graph, conv: Node) -> Node | None:
         return None
     readers = graph.consumers[x]
     acts = [r for r in readers if r.op == "LeakyRelu"]
-    if len(acts) != 1 or acts[0].inputs != (x,) or not _slope(acts[0]) > 0:
+    if len(acts) != 1 or acts[0].inputs != (x,) or not foldable_slope(_slope(acts[0])):
         return None
     (act,) = acts
     if graph.tensor(act.outputs[0]).dtype != "float32":

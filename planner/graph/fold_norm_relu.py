@@ -16,7 +16,9 @@ A LeakyRelu (DCGAN's discriminator: BatchNorm -> LeakyRelu(0.2)) folds the same 
 `activation: leaky_relu` with its `alpha`: LeakyRelu's rule as y is written, LeakyReluGrad's
 (dy where the normalised x is positive, dy * alpha elsewhere) in the gradient's passes. Its
 gradient reads the LeakyRelu's input, y itself, so the forward folds only where every such
-gradient folds too (nothing reads y after).
+gradient folds too (nothing reads y after). Only a slope whose float32 value is a positive
+normal number folds (fused_activation.foldable_slope: the one rule of both LeakyRelu folds,
+which planner/verify/folds.py checks again).
 
 `fold_norm_relus` rewrites, in a graph after autodiff (Relu below standing for LeakyRelu too,
 ReluGrad for LeakyReluGrad):
@@ -63,7 +65,7 @@ import math
 
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node
-from planner.ops.fused_activation import folded_attrs
+from planner.ops.fused_activation import foldable_slope, folded_attrs
 
 
 def fold_norm_relus(graph: Graph) -> Graph:
@@ -113,6 +115,8 @@ def _relu_after(graph: Graph, bn: Node) -> Node | None:
         return None
     (act,) = acts
     rest = [r for r in readers if r is not act]
+    if act.op == "LeakyRelu" and not foldable_slope(folded_attrs(act.op, act.attrs)["alpha"]):
+        return None
     if act.op == "Relu":
         return None if rest else act
     return act if all(r.op == "LeakyReluGrad" and _norm_grad_after(graph, r) is not None
@@ -124,6 +128,9 @@ def _norm_grad_after(graph: Graph, relu_grad: Node) -> Node | None:
     alone (as its dy), when the pair folds."""
     if relu_grad.op not in ("ReluGrad", "LeakyReluGrad"):
         return None
+    if relu_grad.op == "LeakyReluGrad" \
+            and not foldable_slope(folded_attrs(relu_grad.op, relu_grad.attrs)["alpha"]):
+        return None  # one rule for both folds: a positive normal float32 slope
     bn_grad = _sole_reader(graph, relu_grad.outputs[0], "BatchNormGrad")
     if bn_grad is None or not loops_take(graph, bn_grad, bn_grad.inputs[1]) \
             or any(graph.tensor(t).dtype != "float32" for t in relu_grad.inputs):

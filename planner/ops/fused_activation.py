@@ -55,6 +55,22 @@ def folded_attrs(op: str, attrs: Attrs) -> Attrs:
     return {"activation": "relu"}
 
 
+def foldable_slope(alpha: float) -> bool:
+    """Whether a LeakyRelu of slope `alpha` folds: its float32 value (the runtime's) a positive
+    normal number. The folded gradient reads y for x, the same mask only for a positive slope;
+    oneDNN's post-op takes 0 as max(v, 0), which loses a NaN, and flushes a subnormal to 0
+    (planner/verify/folds.py checks a plan's folds by this rule).
+
+    >>> [foldable_slope(a) for a in (0.2, 1e30, 0.0, -0.2, 5e-324, 1e39, float("nan"))]
+    [True, True, False, False, False, False, False]
+    """
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha > 0:
+        return False
+    with np.errstate(over="ignore", under="ignore"):
+        a = float(np.float32(alpha))
+    return float(np.finfo(np.float32).tiny) <= a <= float(np.finfo(np.float32).max)
+
+
 def check_activation(op: str, attrs: Attrs, y: TensorType,
                      kinds: tuple[str, ...] = RELU_ONLY) -> None:
     """Refuse an activation not among `kinds` (the op's), leaky_relu without its slope, or an

@@ -12,6 +12,7 @@ list every plan goes through:
     graph.py     the plan against the graph it embeds
     order.py     what the executor orders, and every pair of ops that must be ordered
     variants.py  the schedule variants for fewer free cores
+    folds.py     a folded activation's preconditions (a LeakyRelu's positive slope)
 """
 
 from planner.verify.rules import verify_plan, verify_plan_data, verify_plan_text  # noqa: F401

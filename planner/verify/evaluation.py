@@ -60,8 +60,14 @@ def _problems(plan: dict[str, Any], evaluation: dict[str, Any], verify: Verify,
     inner = evaluation["plan"]
     try:
         expected = _forward_in_inference_mode(_validated(plan["graph"], graphs))
-    except (ValidationError, ValueError) as e:
-        return [f"no evaluation graph can be made from the embedded graph: {e}"]
+    except ValidationError as e:  # one line: the first error's field and message
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return [f"no evaluation graph can be made from the embedded graph: field {where}: "
+                f"{first['msg']}"]
+    except ValueError as e:
+        return [f"no evaluation graph can be made from the embedded graph: "
+                f"{' '.join(str(e).split())}"]
     if _validated(inner["graph"], graphs) != expected:
         return ["its graph is not the evaluation graph of the plan's embedded graph "
                 "(planner.graph.evaluation); re-plan it"]

@@ -32,6 +32,8 @@ and everything the plan derives from it is derived again here and compared:
                  its one blocked layout, no output of the step, and read and written only at
                  operands the op's definition says its kernel takes so (OpDef.channel_blocked;
                  operands it takes alike all in one layout)
+    folds        a folded LeakyRelu's slope is a positive normal float32 and its gradient's
+                 slope is the forward's (planner.verify.folds)
     aliases      the buffer the graph's node writes an in-place update into aliases a buffer
                  of the tensor it updates (a recompute's copy goes to scratch)
                  (planner.verify.memory: an alias is one the graph says, update, view or
@@ -67,6 +69,7 @@ from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
 from planner.ops.base import BY_POSITION, get_op
 from planner.ops.collective import COLLECTIVE_OPS
+from planner.verify.folds import fold_problems
 from planner.verify.order import StatedOrder, collective_problems, ordering_problems
 from planner.verify.overflow import overflow_flag_problems
 from planner.verify.sharding import sharding_problems
@@ -88,7 +91,7 @@ def verify_graph_data(plan: dict[str, Any], hb: StatedOrder | None = None,
     problems += collective_problems(graph, hb)
     problems += sharding_problems(graph, hb)
     for rule in (buffer_bytes, buffer_writers, buffer_readers, update_aliases, bucket_members,
-                 overflow_flag_problems, blocked_images):
+                 overflow_flag_problems, blocked_images, fold_problems):
         problems += rule(graph, plan)
     return problems
 

@@ -2,9 +2,30 @@
 
 #include "executor_core.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
+#include <stdexcept>
 
 namespace planner {
+
+namespace {
+std::atomic<bool> forked{false};
+// Registered when the library loads, before any executor or team exists: a fork from any
+// thread, by Python (os.fork, multiprocessing) or by C, marks the child.
+[[maybe_unused]] const int fork_watch = pthread_atfork(nullptr, nullptr, [] { forked.store(true); });
+}  // namespace
+
+bool forked_child() { return forked.load(std::memory_order_relaxed); }
+
+void refuse_forked(const std::string& what) {
+  if (forked_child())
+    throw std::runtime_error(
+        what + ": called in a forked child process; the planner's executors cannot run after "
+        "fork() (their threads and OpenMP teams stay in the parent) - use multiprocessing's "
+        "'spawn' start method (DataLoader(multiprocessing_context='spawn'))");
+}
 
 std::string name_list(const std::vector<std::string>& names) {
   std::string out;
@@ -28,6 +49,7 @@ void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
 ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend,
                            const Concrete* concrete)
     : loaded_(schedule_path, backend, concrete) {
+  refuse_forked("executor of plan '" + std::string(schedule().name) + "'");
   stats_.assign(schedule().num_ops, OpStats{});
   written_.assign(schedule().num_tensors, 0);
 }

@@ -28,6 +28,14 @@ TensorRef tensor_ref(const Schedule& s, int id);
 void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
                 std::vector<TensorRef>* out);
 
+// Whether this process is a child fork()ed from one that loaded this runtime: the parent's
+// lane threads are gone and its OpenMP pool is not (libgomp's pool waits for threads the child
+// does not have), so an executor inherited or made here would wait forever. refuse_forked
+// throws std::runtime_error, one line naming `what` and the way out (spawn); every binding
+// calls it before taking the executor's lock (a lane may have held it at the fork).
+bool forked_child();
+void refuse_forked(const std::string& what);
+
 class ExecutorCore {
  public:
   ExecutorCore(const std::string& schedule_path, int backend, const Concrete* concrete = nullptr);

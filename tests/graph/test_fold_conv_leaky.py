@@ -51,6 +51,9 @@ def test_a_layer_folds_and_keeps_the_bits():
 @pytest.mark.parametrize("case", [
     dict(alpha=0.0),                 # a slope of 0: oneDNN's post-op would lose a NaN
     dict(alpha=-0.5),                # a negative slope: y > 0 where x < 0, not the mask
+    dict(alpha=1e-40),               # float32 subnormal: oneDNN flushes it to 0
+    dict(alpha=5e-324),              # 0 as the runtime's float32
+    dict(alpha=1e39),                # inf as the runtime's float32
     dict(read_conv=True),            # the convolution's output read by a Tanh too
     dict(output_conv=True),          # ... or a graph output
     dict(precision="bf16-mixed"),    # float32 only

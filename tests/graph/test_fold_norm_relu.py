@@ -98,13 +98,13 @@ def test_a_relu_gradient_read_twice_stays_apart():
     assert_same_values(plain, folded, fewer=True)
 
 
-def _leaky_layer(read_grad: bool = False) -> Graph:
+def _leaky_layer(read_grad: bool = False, alpha: float = 0.2) -> Graph:
     """x -> Conv2D -> BatchNorm -> LeakyRelu(0.2) -> the head (DCGAN's discriminator layer);
     with `read_grad` y also reaches the loss through a Tanh (y's gradient is then a sum the
     LeakyReluGrad's output is only one term of)."""
     b = GraphBuilder("leaky")
     y = batch_norm(b, conv2d(b, b.input("x", (2, 3, 4, 4)), 4, 3, name="conv"), name="bn")
-    r = b.op("LeakyRelu", [y], {"alpha": 0.2}, name="lrelu")
+    r = b.op("LeakyRelu", [y], {"alpha": alpha}, name="lrelu")
     if read_grad:
         r = b.op("Add", [r, b.op("Tanh", [y], name="other")], name="sum")
     return make_training_graph(
@@ -123,6 +123,15 @@ def test_a_leaky_relu_folds_with_its_slope_and_keeps_the_bits():
     assert plain.node_map["bn"].outputs[0] not in folded.tensor_map
     assert_same_values(plain, folded, seeds=(3, 4), fewer=True)
     assert fold_norm_relus(folded) == folded
+
+
+@pytest.mark.parametrize("alpha", [0.0, -0.2, 1e-40, 5e-324, 1e39])
+def test_a_leaky_relu_folds_only_of_a_positive_normal_float32_slope(alpha):
+    """One rule for both LeakyRelu folds (fused_activation.foldable_slope), the one `planner
+    verify` checks: a slope of 0 or below, or one the runtime's float32 makes subnormal, 0 or
+    infinite, stays apart, forward and gradient."""
+    plain = _leaky_layer(alpha=alpha)
+    assert fold_norm_relus(plain) == plain
 
 
 def test_a_leaky_relu_whose_gradient_stays_keeps_its_forward_apart():

@@ -10,13 +10,16 @@ a user's module, then decomposes it (convert.decompose) and records it. What tor
 the planner's code: its parameters, buffers, constants and scopes carry the planner's names
 (`p0`, `b1`, `c2`, `scopes.3`), every target is an operator object found by registry lookup
 (planner/importers/torch/targets.py), every argument a plain value or a tensor; no name, string or
-path of the file reaches torch.fx's code generation, sympy or an unpickler. The record then gets the
-file's names back as data: user inputs, state_dict names, module paths.
+path of the file reaches torch.fx's code generation, sympy or an unpickler. Nor does any of its
+values reach a torch kernel: its tensors are the module's parameters and buffers (its tensor
+constants too, while traced), which the trace fakes. The record then gets the file's names back
+as data: user inputs, state_dict names, module paths.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -74,12 +77,25 @@ def retrace(saved: SavedArchive, where: str) -> Program:
         at = f"node {replay.at!r}: " if replay.at else ""
         raise UserError(f"{where}: {at}torch cannot trace the program ({type(e).__name__}: "
                         f"{first})") from None
-    record = from_exported(exported)
+    record = _constants_as_saved(from_exported(exported), replay.state, where)
     names = {i.name: spec.value for i, spec in
              zip([i for i in record.inputs if i.kind == "user_input"], users, strict=True)}
     targets = {attr: spec.target for attr, spec in replay.state.items()}
     paths = {f"scopes.{k}": path for k, path in enumerate(replay.paths)}
     return record.renamed(names, targets, lambda m: paths.get(m, ""))
+
+
+def _constants_as_saved(record: Program, state: dict[str, Any], where: str) -> Program:
+    """`record` with the file's tensor constants, traced as buffers (_Replay), constants
+    again: their inputs' kind, and nothing written to them."""
+    constants = {attr for attr, spec in state.items() if spec.kind == "tensor_constant"}
+    written = [o for o in record.outputs if o.target in constants]
+    if written:
+        raise UserError(f"{where}: the program writes its tensor constant "
+                        f"{state[written[0].target].target!r} in place")
+    return replace(record, inputs=tuple(
+        replace(i, kind="tensor_constant") if i.kind == "buffer" and i.target in constants
+        else i for i in record.inputs))
 
 
 def _dtype(name: str) -> Any:
@@ -143,7 +159,11 @@ def _Replay(saved: SavedArchive, ops: dict[str, Any], where: str) -> Any:  # noq
                 elif spec.kind == "buffer":
                     self.register_buffer(attr, t, persistent=spec.persistent)
                 else:
-                    setattr(self, attr, t)
+                    # A buffer while traced, not a plain attribute: torch.export fakes buffers,
+                    # while ops whose operands are all plain tensors it runs on the values
+                    # (the file's: an integer division of INT_MIN by -1 traps). The record
+                    # takes the kind back (retrace).
+                    self.register_buffer(attr, t, persistent=False)
                 self.state[attr] = spec
 
         def forward(self, *inputs: Any) -> tuple:
