@@ -1,10 +1,12 @@
 """The input shapes of one training run: an executor per shape, one run state between them.
 
-A trainer is planned for its example inputs' shapes. A batch of other shapes (the last,
-smaller batch of a DataLoader with drop_last=False, an evaluation batch of another size, a
-sequence of another length) is another graph: the module is exported again on that batch,
-planned, built and kept here, least recently used first out beyond `limit` (the first
-shape, the primary, is never dropped).
+A trainer is planned for its example inputs' shapes, and that plan is a range
+(planner/pipeline/ranges.py): a batch of smaller shapes (the last, smaller batch of a
+DataLoader with drop_last=False, an evaluation batch, a shorter sequence) is traced at its
+shapes and runs on the range plan's build, an executor made for those shapes with nothing
+planned or built; a batch past every kept range plans the next range (each larger dimension
+rounded up to a power of two) and runs in it. Executors are kept here, least recently used
+first out beyond `limit` (range plans last; the first shape, the primary, is never dropped).
 
 Why an executor per shape with the run state handed over, rather than views of one set of
 buffers: each plan places its parameters and optimizer state at its own arena offsets

@@ -1,0 +1,130 @@
+"""From process start to the end of a user's script (issue 83): each engine runs the same
+script in a fresh process (bench/first_step_loop.py), timed from before the process starts.
+
+    python bench/bench_first_step.py [--workloads cnn,text] [--restarts 3]
+        [--engines eager,inductor,inductor-dynamic,planner,trainer] [--text-steps 200]
+        [--neighbours 0] [--cold] [--quick]
+
+Columns: time to the first step's end, the whole script's wall time (compile included), the
+median of the second half of the steps (steady), the child's peak RSS, and the executor
+packages the planner built during the run (new folders under $PLANNER_CACHE/packages).
+`--restarts N` runs the CNN script N times in a row per engine in fresh processes (a
+notebook's restarts): the planner's later processes find their builds and the host's
+measurements by digest; Inductor's its FX-graph cache. `--cold` gives the planner an empty
+cache folder (the kernel library built again) and Inductor a fresh cache directory first.
+`--neighbours N` runs N processes of 2-thread float32 matmuls beside every run
+(bench/bench_neighbours.py's). The load average is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+ENGINES = ("eager", "inductor", "inductor-dynamic", "planner", "trainer")
+
+
+def packages(cache: Path) -> set[str]:
+    folder = cache / "packages"
+    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+
+
+def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict) -> dict:
+    """One fresh process: its RESULT line, timed from before it started."""
+    cache = Path(env["PLANNER_CACHE"])
+    before = packages(cache)
+    cmd = [sys.executable, str(HERE / "first_step_loop.py"), "--workload", workload,
+           "--engine", engine, "--steps", str(steps)] + (["--quick"] if quick else [])
+    start = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    end = time.time()
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"engine": engine, "error": f"exit {done.returncode}: {tail}"}
+    out = json.loads(lines[-1][len("RESULT "):])
+    return {"engine": engine, "first_step_s": out["first_step_end"] - start,
+            "total_s": end - start, "steady_ms": out["steady_ms"],
+            "peak_rss_mib": out["peak_rss_mib"], "steps": out["steps"],
+            "built": len(packages(cache) - before)}
+
+
+def table(title: str, rows: list[dict]) -> str:
+    head = (f"\n{title}\n| engine | first step (s) | total (s) | steady step (ms) | peak RSS "
+            f"(MiB) | packages built |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append(f"| {r['engine']} | {r['error']} | | | | |")
+        else:
+            body.append(f"| {r['engine']} | {r['first_step_s']:.1f} | {r['total_s']:.1f} | "
+                        f"{r['steady_ms']:.0f} | {r['peak_rss_mib']:.0f} | {r['built']} |")
+    return "\n".join([head, *body])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", default="cnn,text")
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--text-steps", type=int, default=200)
+    parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--neighbours", type=int, default=0)
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: fewer batches and steps")
+    args = parser.parse_args()
+    engines = args.engines.split(",")
+    env = dict(os.environ)
+    env.pop("PLANNER_COSTS", None)  # the default a user gets: measured on this host
+    if args.cold:
+        root = Path(tempfile.mkdtemp(prefix="bench-first-step-"))
+        env["PLANNER_CACHE"] = str(root / "planner")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
+    else:
+        from planner.io.write import cache_root
+
+        env.setdefault("PLANNER_CACHE", str(cache_root()))
+    from bench.bench_neighbours import neighbours
+
+    busy = neighbours(args.neighbours) if args.neighbours else []
+    print(f"load average before: {os.getloadavg()}; neighbours: {args.neighbours}; "
+          f"cold: {args.cold}", flush=True)
+    try:
+        for workload in args.workloads.split(","):
+            steps = args.text_steps if workload == "text" else 0
+            rows = []
+            for engine in engines:
+                rows.append(run_once(workload, engine, steps, args.quick, env))
+                print(f"  {workload} {engine}: {rows[-1]}", flush=True)
+            print(table(f"{workload} (one process each)", rows), flush=True)
+        if args.restarts > 1:
+            rows = []
+            for engine in engines:
+                runs = [run_once("cnn", engine, 0, args.quick, env)
+                        for _ in range(args.restarts)]
+                firsts = [f"{r['first_step_s']:.1f}" if "error" not in r else "error"
+                          for r in runs]
+                built = [str(r.get("built", "-")) for r in runs]
+                rows.append(f"| {engine} | {' / '.join(firsts)} | {' / '.join(built)} |")
+                print(f"  restarts {engine}: {firsts} built {built}", flush=True)
+            print(f"\ncnn, {args.restarts} fresh processes in a row\n| engine | first step (s),"
+                  f" each process | packages built, each |\n| --- | --- | --- |")
+            print("\n".join(rows))
+    finally:
+        for p in busy:
+            p.terminate()
+    print(f"\nload average after: {os.getloadavg()}; median not taken: one run per cell "
+          f"(each run is minutes on 2 cores)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
