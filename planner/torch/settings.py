@@ -147,11 +147,23 @@ def optimizer_of(module: Any, optimizer: Any, lr: float | None,
             raise ValueError(f"optimizer: expected 'sgd', 'momentum', 'adam', 'adamw' or a "
                              f"torch.optim.SGD, Adam or AdamW instance, got "
                              f"{type(optimizer).__name__}")
-        given = {"lr": lr, **settings}
+        # Clipping is no optimizer's setting in PyTorch (clip_grad_norm_ runs before
+        # opt.step()): the trainer takes it beside an instance, as the loop would.
+        clip = settings.get("clip_grad_norm")
+        given = {"lr": lr, **{k: v for k, v in settings.items() if k != "clip_grad_norm"}}
         extra = sorted(k for k, v in given.items() if v is not None)
         if extra:
             raise ValueError(f"trainer setting {extra[0]}: the optimizer instance holds its "
                              f"settings; give it to torch.optim.{type(optimizer).__name__}(...)")
-        return from_torch(optimizer, module, prefix)
+        record = from_torch(optimizer, module, prefix)
+        if clip is None:
+            return record
+        from pydantic import ValidationError
+
+        try:
+            return type(record).model_validate({**record.model_dump(), "clip_grad_norm": clip})
+        except ValidationError as e:
+            raise ValueError(f"trainer setting clip_grad_norm={clip!r}: "
+                             f"{e.errors()[0]['msg']}") from None
     except ValueError as e:
         raise UserError(str(e)) from None
