@@ -108,3 +108,22 @@ def test_a_larger_batch_or_another_model_is_refused_in_one_line(ranged):
                                      OPTIONS))
     with pytest.raises(PlanError, match=r"\(param\) is \[.*\], the range's"):
         concrete_options(plan, wider)
+
+
+def test_the_executor_itself_refuses_a_concrete_shape_past_the_range(ranged):
+    """The runtime's loader checks what Python's check does (codegen/concrete.py never hands
+    it such shapes): a tensor that would not fit the bytes the range gives it, a rank
+    changed, or tables of another length, each refused in one line naming the tensor."""
+    _, plan, package, _ = ranged
+    step, _ = at(ranged, 3)
+    tables = concrete_options(plan, step)
+    wider = [list(s) for s in tables["shapes"]]
+    wider[0][0] = LARGEST + 1
+    with pytest.raises(RuntimeError, match=r"tensor 'images': the concrete shape does not fit"):
+        package.Executor(**{**tables, "shapes": wider})
+    lower = [list(s) for s in tables["shapes"]]
+    lower[0] = lower[0][:-1]
+    with pytest.raises(RuntimeError, match=r"tensor 'images': a concrete shape of rank 3"):
+        package.Executor(**{**tables, "shapes": lower})
+    with pytest.raises(RuntimeError, match=r"concrete shapes for \d+ tensors and \d+ ops"):
+        package.Executor(**{**tables, "attrs": tables["attrs"][:-1]})
