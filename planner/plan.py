@@ -143,6 +143,15 @@ class PlanProvenance(Record):
     tool: str = "planner"
 
 
+class ShapeRange(Record):
+    """The batch sizes a plan serves (planner/pipeline/ranges.py): it is made for `largest`,
+    the batch of its graph's feeds, and every batch from `smallest` up runs on its build."""
+
+    dimension: Literal["batch"] = "batch"
+    smallest: int = Field(ge=1)
+    largest: int = Field(ge=1)
+
+
 class Plan(Record):
     """A schedule for one graph on one target (see the module docstring)."""
 
@@ -168,6 +177,8 @@ class Plan(Record):
     # A training plan's evaluation schedule (planner/evaluation.py); absent from the JSON when
     # None (inference plans, and training plans made without one). (exclude_if: see Summary.)
     evaluation: Evaluation | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The range of batches the plan serves (`planner plan --batch-range`); None: its own batch.
+    shape_range: ShapeRange | None = Field(default=None, exclude_if=lambda v: v is None)
 
     model_config = Record.model_config | {"populate_by_name": True}
 

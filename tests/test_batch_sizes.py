@@ -58,3 +58,38 @@ def test_batch_sizes_and_wrong_files_are_refused_in_one_line(tmp_path, capsys):
         assert run(*args) != 0
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1, err
+
+
+def test_a_batch_range_is_one_plan_for_the_largest_that_says_so(tmp_path, capsys):
+    """`--batch-range 4:32`: the plan of batch 32 made alone, byte for byte, with the range
+    recorded (shape_range) and shown; verify re-derives it from the graph's feeds and refuses
+    a range whose largest is not the graph's batch; flags that cannot hold, one line each."""
+    out = tmp_path / "r.plan.json"
+    assert run("plan", SPEC, "--train", "sgd", "--target", "knl-7250", "--batch-range", "4:32",
+               "-o", str(out)) == 0
+    assert "range       batches 4 to 32 (planned and built for 32" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["shape_range"] == {"dimension": "batch", "smallest": 4, "largest": 32}
+    alone = tmp_path / "alone.json"
+    assert run("plan", SPEC.replace("batch=8", "batch=32"), "--train", "sgd", "--target",
+               "knl-7250", "-o", str(alone)) == 0
+    del data["shape_range"]
+    assert data == json.loads(alone.read_text())
+    assert run("verify", str(out)) == 0
+    edited = json.loads(out.read_text())
+    edited["shape_range"]["largest"] = 16
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(edited))
+    capsys.readouterr()
+    assert run("verify", str(bad)) == 1
+    assert "feed 'x' has batch 32, the range's largest is 16" in capsys.readouterr().out
+    graph_file = str(tmp_path / "g.json")
+    assert run("graph", SPEC, "-o", graph_file) == 0
+    capsys.readouterr()
+    for args, said in [((SPEC, "--batch-range", "9:4"), "give 1 <= MIN <= MAX"),
+                       ((SPEC, "--batch-range", "4"), "give MIN:MAX"),
+                       ((graph_file, "--batch-range", "4:8"), "has its shapes fixed by its file"),
+                       ((SPEC, "--batch-range", "4:8", "--batch-sizes", "4"), "give one")]:
+        assert run("plan", *args, "--target", "knl-7250", "-o", str(tmp_path / "x.json")) != 0
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err

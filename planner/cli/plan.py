@@ -69,6 +69,11 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
                         "`planner diff` of two says what the shape changes. "
                         "In Python, trainer(..., shapes=[...]) plans them, and a trainer "
                         "plans any batch it is fed on first use")
+    p.add_argument("--batch-range", metavar="MIN:MAX",
+                   help="one plan for every batch from MIN to MAX of a zoo GRAPH: made and "
+                        "built for MAX, the range written in the plan (shape_range), and any "
+                        "smaller batch of the same graph run on its build with nothing planned "
+                        "or built (planner/pipeline/ranges.py; docs/plans.md)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -146,9 +151,32 @@ def run_plan(args: argparse.Namespace) -> int:
     from planner.collection import collector_off
 
     with collector_off():  # the whole command: graph, plan and its JSON
+        if args.batch_sizes is not None and args.batch_range is not None:
+            raise UserError("--batch-sizes and --batch-range: give one (a plan per batch size, "
+                            "or one plan for a range of them)")
         if args.batch_sizes is not None:
             return _run_batches(args)
+        if args.batch_range is not None:
+            smallest, largest = batch_range(args.batch_range)
+            return _run_plan(argparse.Namespace(**{**vars(args), "graph": _at_batch(
+                args.graph, largest, "--batch-range")}), (smallest, largest))
         return _run_plan(args)
+
+
+def batch_range(text: str) -> tuple[int, int]:
+    """`--batch-range 8:32`: the smallest and largest batch, 1 <= MIN <= MAX.
+
+    >>> batch_range("8:32")
+    (8, 32)
+    """
+    try:
+        smallest, largest = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise UserError(f"--batch-range {text!r}: give MIN:MAX, e.g. --batch-range 8:32") \
+            from None
+    if not 1 <= smallest <= largest:
+        raise UserError(f"--batch-range {text!r}: give 1 <= MIN <= MAX")
+    return smallest, largest
 
 
 def batch_sizes(text: str) -> list[int]:
@@ -181,24 +209,29 @@ def batch_output(path: str, batch: int) -> str:
 
 def _run_batches(args: argparse.Namespace) -> int:
     """`plan --batch-sizes`: a zoo GRAPH planned at each batch size (its `batch` parameter)."""
-    from planner.zoo import PREFIX, ZooError, parse_spec
-
-    sizes = batch_sizes(args.batch_sizes)
-    if not args.graph.startswith(PREFIX):
-        raise UserError(f"--batch-sizes plans a zoo spec at each batch; {args.graph!r} has its "
-                        f"shapes fixed by its file: export it once per batch size, or train "
-                        f"it from PyTorch with planner.torch.trainer, which plans each batch "
-                        f"size it is fed")
-    try:
-        name, params = parse_spec(args.graph)
-    except ZooError as e:
-        raise UserError(str(e)) from None
-    for b in sizes:
-        query = "&".join(f"{k}={_spec_value(v)}" for k, v in {**params, "batch": b}.items())
-        each = argparse.Namespace(**{**vars(args), "graph": f"{PREFIX}{name}?{query}",
+    for b in batch_sizes(args.batch_sizes):
+        each = argparse.Namespace(**{**vars(args), "graph": _at_batch(args.graph, b,
+                                                                        "--batch-sizes"),
                                      "output": batch_output(args.output, b)})
         _run_plan(each)
     return 0
+
+
+def _at_batch(spec: str, batch: int, flag: str) -> str:
+    """The zoo spec `spec` with its `batch` parameter set; UserError for a graph file."""
+    from planner.zoo import PREFIX, ZooError, parse_spec
+
+    if not spec.startswith(PREFIX):
+        raise UserError(f"{flag} plans a zoo spec at a batch size; {spec!r} has its shapes "
+                        f"fixed by its file: export it at the batch size, or train it from "
+                        f"PyTorch with planner.torch.trainer, which plans ranges of the "
+                        f"batches it is fed")
+    try:
+        name, params = parse_spec(spec)
+    except ZooError as e:
+        raise UserError(str(e)) from None
+    query = "&".join(f"{k}={_spec_value(v)}" for k, v in {**params, "batch": batch}.items())
+    return f"{PREFIX}{name}?{query}"
 
 
 def _spec_value(v: Any) -> str:
@@ -209,7 +242,7 @@ def _spec_value(v: Any) -> str:
     return str(v)
 
 
-def _run_plan(args: argparse.Namespace) -> int:
+def _run_plan(args: argparse.Namespace, shape_range: tuple[int, int] | None = None) -> int:
     from planner.cli.settings import from_flags, graph_options, plan_options
     from planner.frontend.prepare import prepare
     from planner.io.write import write_text
@@ -226,6 +259,17 @@ def _run_plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = plan(graph, target, table, options, evaluation=not args.no_evaluation)
+    if shape_range is not None:  # made for the largest: the record says which it serves
+        from planner.plan import Plan, ShapeRange
+        from planner.verify import verify_plan
+
+        # A new record, not model_copy: the copy would keep the cached JSON of the old one.
+        out = Plan(**{f: getattr(out, f) for f in Plan.model_fields}
+                   | {"shape_range": ShapeRange(smallest=shape_range[0],
+                                                largest=shape_range[1])})
+        problems = verify_plan(out)
+        if problems:
+            raise UserError(f"--batch-range: {problems[0]}")
     text = out.to_json()
     write_text(args.output, text, force=args.force)
     if args.json:
@@ -358,6 +402,11 @@ def format_summary(plan: dict[str, Any]) -> str:
              f", cut {s.get('cut_bound_seconds', 0.0) * 1e3:.3f})"
              f"; ratio {s['ratio']:.3f}",
              f"  utilization {s['utilization']:.1%}; mean co-running ops {s['mean_corun']:.2f}"]
+    shapes = plan.get("shape_range")
+    if shapes:
+        lines.append(f"  range       batches {shapes['smallest']} to {shapes['largest']} "
+                     f"(planned and built for {shapes['largest']}; smaller ones run on its "
+                     f"build)")
     grouped = Counter(op["group"] for op in plan["ops"] if op.get("group"))
     if grouped:
         lines.append(f"  {len(grouped)} parallel-loop group(s) of {sum(grouped.values())} ops, "
@@ -428,12 +477,13 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         from planner.frontend.prepare import prepare
         from planner.graph.step import step_graph
+        from planner.pipeline.choices import recorded_choices
         from planner.plan import digest
 
         data = json.loads(text) if text.strip().startswith("{") else {}
         graph = prepare(args.graph)
         try:  # the step graph's passes under the choices the plan records
-            graph = step_graph(graph, _recorded_choices(graph, data))
+            graph = step_graph(graph, recorded_choices(graph, data))
         except ValueError as e:
             problems.append(f"the plan's step choices: {e}")
         names = [n.name for n in graph.nodes]
@@ -443,69 +493,6 @@ def run_verify(args: argparse.Namespace) -> int:
                             f"{digest(graph.to_json())[:12]})")
     problems += verify_plan_text(text, names)
     return _report(args, problems)
-
-
-def _recorded_choices(graph, data: Any):
-    """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
-    cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts), the
-    channel block of its blocked images (planner.graph.blocked), a CPU plan's BatchNorm Relus
-    (planner.graph.fold_norm_relu) and, for a data-parallel plan, its collectives as planning
-    chooses them for its options on its target (a preset: a plan names its target, not its
-    whole description). ValueError for
-    what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
-    from planner.costs.conv_layouts import CONVOLUTIONS
-    from planner.graph.step import StepChoices
-    from planner.schedule.parallel import DataParallelOptions, chosen_collectives
-    from planner.target.presets import PRESETS, preset
-
-    try:
-        recorded = {n["name"]: n["attrs"]["layout"] for n in data["graph"]["nodes"]
-                    if "layout" in n["attrs"]}
-        parallel = DataParallelOptions.model_validate(
-            data["provenance"]["options"].get("data_parallel", {}))
-        name = data["target"]["name"]
-    except (KeyError, TypeError, AttributeError, ValueError):
-        return StepChoices(cores=_step_cores(data))
-    layouts = {n.name: recorded[n.name] for n in graph.nodes
-               if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
-    block = _recorded_block(data)
-    # A CPU plan folds Relus into its BatchNorms and sums, and sums into BatchNorms
-    # (planner.graph.fold_norm_relu, fold_sum_relu, fold_norm_sum), as planning chose.
-    cpu = _step_cores(data) is not None
-    if parallel.ranks == 1:
-        return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
-                           relu_folds=cpu)
-    if name not in PRESETS:
-        raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
-                         f"is no preset: verify the plan without --graph")
-    return StepChoices(cores=_step_cores(data), layouts=layouts, channel_block=block,
-                       relu_folds=cpu,
-                       collectives=chosen_collectives(graph, preset(name), parallel))
-
-
-def _recorded_block(data: Any) -> int:
-    """The channel block of the images a plan's graph keeps blocked (planner.graph.blocked);
-    0 where it keeps none, or names a layout that is none."""
-    from typing import get_args
-
-    from planner.ir.graph import BlockedLayout, channel_block
-
-    tensors = data["graph"].get("tensors") if isinstance(data["graph"], dict) else None
-    layouts = {t.get("layout") for t in tensors or () if isinstance(t, dict)}
-    known = sorted(layouts & set(get_args(BlockedLayout)))
-    return channel_block(known[0]) if known else 0
-
-
-def _step_cores(data: Any) -> int | None:
-    """The physical cores a CPU plan's data names (its logical CPUs' cores); None for a GPU
-    plan or data that is no plan (verify_plan_text reports what is malformed)."""
-    from planner.target.backends import BACKEND_TRAITS
-
-    try:
-        return (len(set(data["target"]["core_of"])) or None) \
-            if BACKEND_TRAITS[data["backend"]].host_cores else None
-    except (KeyError, TypeError):
-        return None
 
 
 def _report(args: argparse.Namespace, problems: list[str]) -> int:

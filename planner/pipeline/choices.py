@@ -5,6 +5,8 @@ planner.graph.step under those choices.
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.costs import CostTable
 from planner.costs.conv_layouts import alternatives, chosen_layouts
 from planner.errors import PlanError
@@ -70,3 +72,65 @@ def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = No
     if evaluation and step.kind == "training" and options.data_parallel.ranks == 1:
         return step, evaluation_graph(step)
     return (step,)
+
+
+def recorded_choices(graph: Graph, data: Any) -> StepChoices:
+    """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
+    cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts), the
+    channel block of its blocked images (planner.graph.blocked), a CPU plan's BatchNorm Relus
+    (planner.graph.fold_norm_relu) and, for a data-parallel plan, its collectives as planning
+    chooses them for its options on its target (a preset: a plan names its target, not its
+    whole description). ValueError for
+    what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
+    from planner.costs.conv_layouts import CONVOLUTIONS
+    from planner.schedule.parallel import DataParallelOptions, chosen_collectives
+    from planner.target.presets import PRESETS, preset
+
+    try:
+        recorded = {n["name"]: n["attrs"]["layout"] for n in data["graph"]["nodes"]
+                    if "layout" in n["attrs"]}
+        parallel = DataParallelOptions.model_validate(
+            data["provenance"]["options"].get("data_parallel", {}))
+        name = data["target"]["name"]
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return StepChoices(cores=step_cores(data))
+    layouts = {n.name: recorded[n.name] for n in graph.nodes
+               if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
+    block = recorded_block(data)
+    # A CPU plan folds Relus into its BatchNorms and sums, and sums into BatchNorms
+    # (planner.graph.fold_norm_relu, fold_sum_relu, fold_norm_sum), as planning chose.
+    cpu = step_cores(data) is not None
+    if parallel.ranks == 1:
+        return StepChoices(cores=step_cores(data), layouts=layouts, channel_block=block,
+                           relu_folds=cpu)
+    if name not in PRESETS:
+        raise ValueError(f"a data-parallel plan's buckets are sized for its target; {name!r} "
+                         f"is no preset: verify the plan without --graph")
+    return StepChoices(cores=step_cores(data), layouts=layouts, channel_block=block,
+                       relu_folds=cpu,
+                       collectives=chosen_collectives(graph, preset(name), parallel))
+
+
+def recorded_block(data: Any) -> int:
+    """The channel block of the images a plan's graph keeps blocked (planner.graph.blocked);
+    0 where it keeps none, or names a layout that is none."""
+    from typing import get_args
+
+    from planner.ir.graph import BlockedLayout, channel_block
+
+    tensors = data["graph"].get("tensors") if isinstance(data["graph"], dict) else None
+    layouts = {t.get("layout") for t in tensors or () if isinstance(t, dict)}
+    known = sorted(layouts & set(get_args(BlockedLayout)))
+    return channel_block(known[0]) if known else 0
+
+
+def step_cores(data: Any) -> int | None:
+    """The physical cores a CPU plan's data names (its logical CPUs' cores); None for a GPU
+    plan or data that is no plan (verify_plan_text reports what is malformed)."""
+    from planner.target.backends import BACKEND_TRAITS
+
+    try:
+        return (len(set(data["target"]["core_of"])) or None) \
+            if BACKEND_TRAITS[data["backend"]].host_cores else None
+    except (KeyError, TypeError):
+        return None

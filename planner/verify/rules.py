@@ -93,6 +93,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None,
     from planner.verify.inserted import inserted_op_problems
     from planner.verify.memory import verify_memory_data
     from planner.verify.pins import pin_problems
+    from planner.verify.ranges import range_problems
     from planner.verify.summary import summary_problems
     from planner.verify.variants import variant_problems
 
@@ -105,6 +106,7 @@ def verify_plan_data(plan: dict[str, Any], node_names: list[str] | None = None,
     problems += verify_memory_data(plan, facts.hb)
     problems += pin_problems(plan)  # the user's decisions, from the options it records
     problems += variant_problems(plan)  # the schedule for fewer free cores
+    problems += range_problems(plan)  # the batches a range plan serves
     if "graph" in plan:
         problems += verify_graph_data(plan, facts.hb, graphs)
     if plan.get("evaluation") is not None:

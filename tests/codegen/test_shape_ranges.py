@@ -127,3 +127,14 @@ def test_the_executor_itself_refuses_a_concrete_shape_past_the_range(ranged):
         package.Executor(**{**tables, "shapes": lower})
     with pytest.raises(RuntimeError, match=r"concrete shapes for \d+ tensors and \d+ ops"):
         package.Executor(**{**tables, "attrs": tables["attrs"][:-1]})
+
+
+def test_a_plan_file_alone_gives_the_choices_a_smaller_batch_runs_under(ranged):
+    """What a `planner plan --batch-range` file's user has: the plan, not the planning. The
+    choices it records (planner.pipeline.choices.recorded_choices) make the same step graph
+    of a smaller batch as the planning's own."""
+    from planner.pipeline.choices import recorded_choices
+
+    _, plan, _, choices = ranged
+    small = prepare(SPEC.format(3), OPTIONS)
+    assert step_at(recorded_choices(small, plan.json_data), small) == step_at(choices, small)
