@@ -10,8 +10,11 @@ median of the second half of the steps (steady), the child's peak RSS, and the e
 packages the planner built during the run (new folders under $PLANNER_CACHE/packages).
 `--restarts N` runs the CNN script N times in a row per engine in fresh processes (a
 notebook's restarts): the planner's later processes find their builds and the host's
-measurements by digest; Inductor's its FX-graph cache. `--cold` gives the planner an empty
-cache folder (the kernel library built again) and Inductor a fresh cache directory first.
+measurements by digest; Inductor's its FX-graph cache. The planner's cache is one of the bench's
+own (`--cache`; default `planner-bench-first-step` beside the user's cache folder, kept between
+runs: the kernel library is built in its first run), so that packages other work builds
+meanwhile are not counted. `--cold` gives the planner an empty cache folder (the kernel
+library built again) and Inductor a fresh cache directory first.
 `--neighbours N` runs N processes of 2-thread float32 matmuls beside every run
 (bench/bench_neighbours.py's). The load average is printed before and after.
 """
@@ -79,6 +82,10 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=0)
     parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--cache", help="the planner's cache folder for the runs (default: one "
+                                         "of the bench's own beside the user's, kept between "
+                                         "runs of the bench; its first run builds the kernel "
+                                         "library)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: fewer batches and steps")
     args = parser.parse_args()
@@ -89,10 +96,10 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="bench-first-step-"))
         env["PLANNER_CACHE"] = str(root / "planner")
         env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
-    else:
+    else:  # a cache of the bench's own: what other work builds meanwhile is not counted
         from planner.io.write import cache_root
 
-        env.setdefault("PLANNER_CACHE", str(cache_root()))
+        env["PLANNER_CACHE"] = args.cache or str(cache_root().parent / "planner-bench-first-step")
     from bench.bench_neighbours import neighbours
 
     busy = neighbours(args.neighbours) if args.neighbours else []
