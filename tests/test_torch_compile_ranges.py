@@ -16,7 +16,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import planner.torch.executors as executors  # noqa: E402
-from tests.test_torch_compile import ConvNet, assert_same_state, batches, compiled  # noqa: E402
+from tests.helpers.compile_cases import ConvNet, assert_same_state, batches, compiled  # noqa: E402,E501
 
 
 def planned() -> int:

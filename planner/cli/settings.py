@@ -56,7 +56,9 @@ CLI_ONLY = {"graph": "the trainer's module is the graph",
             "help": "argparse's help",
             "train_dropout": "ONNX files' flagless Dropouts; torch.export records each mode",
             "batch_sizes": "a plan file per zoo batch size; a trainer plans each batch it is "
-                           "fed (or trainer(shapes=[...]) up front)"}
+                           "fed (or trainer(shapes=[...]) up front)",
+            "batch_range": "a zoo graph's plan for a range of batches; a trainer's plan is a "
+                           "range (trainer(shapes=[...]) declares its largest)"}
 
 
 def _names(value: Any) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -50,6 +51,14 @@ DEFAULT_MAX_BYTES = 2 * 2**30
 _RUNTIME = re.compile(r"^[a-z0-9-]+-runtime-[0-9a-f]{16}$")
 # The use locks this process holds, one per entry it loaded (released at exit).
 _USES: dict[Path, IO] = {}
+
+
+@atexit.register
+def _release_uses() -> None:
+    for handle in _USES.values():
+        with contextlib.suppress(OSError):
+            handle.close()
+    _USES.clear()
 
 
 class Entry(Record):
