@@ -284,8 +284,9 @@ def fits_table(rows: list[dict], target) -> str:
     step beside the best uniform grid's: a markdown table for the bench's results."""
     lines = [f"Fits on {target.cores} cores ({target.cpu.model if target.cpu else '?'}):", "",
              "| model | costs | kappa | sigma | team scale | optimized predicted ms | "
-             "measured ms | pred/meas | best grid (ms) | optimized vs best grid |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "measured ms | pred/meas | best grid (ms) | optimized vs best grid | paper ms | "
+             "eager ms | torch.compile ms |",
+             "|" + " --- |" * 13]
     for r in rows:
         m, p = r["measured_ms"], r["predicted_ms"]
         best = r["best_grid"]
@@ -293,7 +294,8 @@ def fits_table(rows: list[dict], target) -> str:
                      f"{_figure(r['sigma'])} | {_figure(r.get('team'))} | "
                      f"{p['optimized']:.2f} | {m['optimized']:.2f} | "
                      f"{p['optimized'] / m['optimized']:.3f} | {best} ({m[best]:.2f}) | "
-                     f"{m[best] / m['optimized']:.3f}x |")
+                     f"{m[best] / m['optimized']:.3f}x | {_figure(m.get('paper'))} | "
+                     f"{_figure(m.get('torch eager'))} | {_figure(m.get('torch.compile'))} |")
     return "\n".join(lines)
 
 
@@ -328,9 +330,17 @@ def main() -> None:
                         help="append each model's row to this file as a JSON line when done")
     parser.add_argument("--fits", type=Path, default=None,
                         help="write the fits and predicted-vs-measured table (markdown) here")
+    parser.add_argument("--fits-from", type=Path, default=None,
+                        help="with --fits: the table of the rows --out wrote (one process per "
+                             "model), measuring nothing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     target = detect()
+    if args.fits_from and args.fits:
+        rows = [json.loads(line) for line in args.fits_from.read_text().splitlines() if line]
+        args.fits.write_text(fits_table(rows, target) + "\n")
+        print(args.fits.read_text(), end="")
+        return
 
     def run(label: str) -> dict:
         row = bench_model(label, target, args.steps, args.rounds, not args.no_compile,

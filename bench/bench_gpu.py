@@ -172,16 +172,22 @@ def compile_key(mode: str) -> str:
     return "torch.compile" if mode == "default" else f"torch.compile {mode}"
 
 
-def costs_table(costs_dir: Path | None, label: str, precision: str):
+def costs_table(costs_dir: Path | None, label: str, precision: str, as_target: str = ""):
     """The profiled table of `label` at `precision` kept in `costs_dir` (bench_gpu_profile.py's
-    name: MODEL[-PRECISION].gpu.costs.json), or None: ours then plans with the modelled
-    algorithms."""
+    name: MODEL[-PRECISION].gpu.costs.json) and its name, or None: ours then plans with the
+    modelled algorithms. `as_target`: the table read as that target's (a dry run plans the
+    detected GPU's table for a preset)."""
     if costs_dir is None:
         return None, "modelled"
     from planner.costs.records import load_table
 
     path = costs_dir / f"{label if precision == 'fp32' else f'{label}-{precision}'}.gpu.costs.json"
-    return (load_table(path), path.name) if path.exists() else (None, "modelled")
+    if not path.exists():
+        return None, "modelled"
+    table = load_table(path)
+    if as_target:
+        table = table.model_copy(update={"target": as_target})
+    return table, f"{path.name} ({len(table.entries)} signatures)"
 
 
 def ours(label: str, graph, target, table, folder: Path) -> tuple[dict, dict, dict]:
@@ -398,10 +404,12 @@ def dry_run_models(labels: list[str], target, precision: str, modes: list[str],
         name, size = TINY[label] if tiny else MODELS[label]
         forward = zoo(name, **size)
         graph = prepare(forward, GraphOptions(optimizer=SGD, precision=precision))
-        table, costs = costs_table(costs_dir, label, precision)
+        table, costs = costs_table(costs_dir, label, precision, as_target=target.name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             p = plan(graph, target, table)
+        if table is not None:
+            costs += f", {p.summary.analytical_signatures} of the plan's priced by the model"
         low = Counter(t.dtype for t in graph.tensors if t.dtype in ("bfloat16", "float16"))
         casts = sum(n.op == "Cast" for n in graph.nodes)
         lines.append(f"{label} {size}: {len(graph.nodes)} ops ({casts} casts; "
