@@ -74,6 +74,15 @@ MODELS = {
     "resnet-50": dict(depth=50, batch=32, image=64, width=0.25, classes=100),
     "wide_deep": dict(batch=64),
 }
+# --tiny: the same models at sizes a 2-core machine profiles, plans, builds and steps in about
+# a minute each (the device call's dry run, bench/device/call_cpu.sh --dry-run).
+TINY = {
+    "lstm": dict(batch=4, seq=4, hidden=32, layers=1, vocab=64),
+    "dcgan": dict(batch=4, image=8, nz=16, width=0.125),
+    "inception_v3": dict(batch=2, image=75, width=0.125, classes=10),
+    "resnet-50": dict(depth=50, batch=2, image=32, width=0.125, classes=10),
+    "wide_deep": dict(batch=8),
+}
 SGD = Optimizer(kind="sgd", lr=0.01)
 HERE = Path(__file__).resolve().parent
 
@@ -176,11 +185,14 @@ def measure(runners: dict[str, StepProcess], steps: int, rounds: int) -> dict[st
 
 
 def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
-                costs: str = "in-step") -> dict:
-    forward = zoo(zoo_name(label), **MODELS[label])
+                costs: str = "in-step", size: dict | None = None) -> dict:
+    size = size or MODELS[label]
+    forward = zoo(zoo_name(label), **size)
     graph = prepare(forward, GraphOptions(optimizer=SGD))
     t0 = time.perf_counter()
-    table = profiled_costs(label, graph, target, costs)
+    # A tiny model's in-step table is kept apart from the full size's (bench/.costs/ by label).
+    table = profiled_costs(label if size == MODELS[label] else f"{label}.tiny", graph, target,
+                           costs)
     profile_s = time.perf_counter() - t0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -198,11 +210,11 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
             runners[name] = StepProcess(executor_step, p, folder, graph, what=name)
         failed = {}
         if label in TWINS:
-            theirs, ours = zoo_twin_params(label, MODELS[label])
+            theirs, ours = zoo_twin_params(label, size)
             if theirs != ours:
                 raise SystemExit(f"{label}: the nn.Module twin has {theirs} parameters, the "
                                  f"zoo graph {ours}")
-            runners["torch eager"] = StepProcess(module_trainer, label, MODELS[label], SGD.lr,
+            runners["torch eager"] = StepProcess(module_trainer, label, size, SGD.lr,
                                                  target.cores, what="torch eager")
         else:
             runners["torch eager"] = StepProcess(torch_trainer, forward, SGD.lr, target.cores,
@@ -210,7 +222,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
             failed["torch.compile"] = "no nn.Module twin (eager: the node-by-node translation)"
         if compiled and label in TWINS:
             try:
-                runners["torch.compile"] = StepProcess(module_trainer, label, MODELS[label],
+                runners["torch.compile"] = StepProcess(module_trainer, label, size,
                                                        SGD.lr, target.cores, True,
                                                        what="torch.compile")
             except SystemExit as e:  # a compiler bug must not lose the table
@@ -224,7 +236,7 @@ def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
     best_grid = min(grid, key=grid.get)
     kept = min(("optimized", "re-planned", "uniform"), key=measured.get)
     return {
-        "model": label, "ops": len(graph.nodes), "params": MODELS[label], "costs": costs,
+        "model": label, "ops": len(graph.nodes), "params": size, "costs": costs,
         "profile_seconds": round(profile_s, 1), "signatures": len(table.entries),
         "kappa": table.contention, "sigma": table.corun_slowdown, "team": table.team_scale,
         "measured_ms": {k: v * 1e3 for k, v in measured.items()},
@@ -262,6 +274,31 @@ def report(rows: list[dict], target, load: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _figure(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def fits_table(rows: list[dict], target) -> str:
+    """The contention and team-scale figures each model's plans were priced by (the host's
+    fits of `target.cores` cores), and the optimized plan's prediction against its measured
+    step beside the best uniform grid's: a markdown table for the bench's results."""
+    lines = [f"Fits on {target.cores} cores ({target.cpu.model if target.cpu else '?'}):", "",
+             "| model | costs | kappa | sigma | team scale | optimized predicted ms | "
+             "measured ms | pred/meas | best grid (ms) | optimized vs best grid | paper ms | "
+             "eager ms | torch.compile ms |",
+             "|" + " --- |" * 13]
+    for r in rows:
+        m, p = r["measured_ms"], r["predicted_ms"]
+        best = r["best_grid"]
+        lines.append(f"| {r['model']} | {r['costs']} | {_figure(r['kappa'])} | "
+                     f"{_figure(r['sigma'])} | {_figure(r.get('team'))} | "
+                     f"{p['optimized']:.2f} | {m['optimized']:.2f} | "
+                     f"{p['optimized'] / m['optimized']:.3f} | {best} ({m[best]:.2f}) | "
+                     f"{m[best] / m['optimized']:.3f}x | {_figure(m.get('paper'))} | "
+                     f"{_figure(m.get('torch eager'))} | {_figure(m.get('torch.compile'))} |")
+    return "\n".join(lines)
+
+
 def each_model(names: str, run) -> tuple[list[dict], tuple[str, str]]:
     """run(label) for each of the comma-separated model names, with progress on stderr; the
     rows and the load averages before and after."""
@@ -287,11 +324,36 @@ def main() -> None:
                              "signature's kernel alone, or as the planner's default prices a "
                              "plan of this host (measured per signature, kept per host)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the models at tiny sizes (a dry run of the device call)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="append each model's row to this file as a JSON line when done")
+    parser.add_argument("--fits", type=Path, default=None,
+                        help="write the fits and predicted-vs-measured table (markdown) here")
+    parser.add_argument("--fits-from", type=Path, default=None,
+                        help="with --fits: the table of the rows --out wrote (one process per "
+                             "model), measuring nothing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     target = detect()
-    rows, load = each_model(args.models, lambda label: bench_model(
-        label, target, args.steps, args.rounds, not args.no_compile, args.costs))
+    if args.fits_from and args.fits:
+        rows = [json.loads(line) for line in args.fits_from.read_text().splitlines() if line]
+        args.fits.write_text(fits_table(rows, target) + "\n")
+        print(args.fits.read_text(), end="")
+        return
+
+    def run(label: str) -> dict:
+        row = bench_model(label, target, args.steps, args.rounds, not args.no_compile,
+                          args.costs, (TINY if args.tiny else MODELS)[label])
+        if args.out:  # written as each model finishes: a call cut short keeps the models done
+            with open(args.out, "a") as f:
+                f.write(json.dumps({"host": target.name, "cores": target.cores, **row},
+                                   sort_keys=True) + "\n")
+        return row
+
+    rows, load = each_model(args.models, run)
+    if args.fits:
+        args.fits.write_text(fits_table(rows, target) + "\n")
     if args.json:
         print(json.dumps({"host": target.name, "cores": target.cores, "load": load,
                           "models": rows}, indent=2, sort_keys=True))

@@ -80,6 +80,16 @@ MODELS = {
     "gpt": ("gpt", dict(batch=8, seq=512, dim=768, heads=12, layers=12, vocab=32768)),
 }
 DEFAULT_MODELS = "inception_v3,resnet50,lstm,wide_deep"
+# --tiny (with --dry-run): each model at a size a 2-core machine plans, renders and compiles
+# PyTorch's side of in seconds (bench/device/call1.sh --dry-run).
+TINY = {
+    "inception_v3": ("inception_v3", dict(batch=2, image=75, width=0.125, classes=10)),
+    "resnet50": ("resnet", dict(batch=2, depth=50, image=32, width=0.125, classes=10)),
+    "lstm": ("lstm", dict(batch=2, seq=4, hidden=32, layers=1, vocab=64)),
+    "wide_deep": ("wide_deep", dict(batch=8)),
+    "bert": ("bert", dict(batch=1, seq=16, dim=32, heads=2, layers=1, vocab=64)),
+    "gpt": ("gpt", dict(batch=1, seq=16, dim=32, heads=2, layers=1, vocab=64)),
+}
 SGD = Optimizer(kind="sgd", lr=0.01)
 # The low type PyTorch's autocast runs for each mixed policy (None: float32).
 AUTOCAST = {"fp32": None, "tf32": None, "bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
@@ -157,55 +167,122 @@ def op_type_times(module, graph, steps: int = 5) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
-def bench_model(label: str, target, steps: int, rounds: int, compiled: bool,
-                torch_graph: bool = False, precision: str = "fp32") -> dict:
+def compile_key(mode: str) -> str:
+    """The row's name of torch.compile in `mode` ("default": plain torch.compile)."""
+    return "torch.compile" if mode == "default" else f"torch.compile {mode}"
+
+
+def costs_table(costs_dir: Path | None, label: str, precision: str, as_target: str = ""):
+    """The profiled table of `label` at `precision` kept in `costs_dir` (bench_gpu_profile.py's
+    name: MODEL[-PRECISION].gpu.costs.json) and its name, or None: ours then plans with the
+    modelled algorithms. `as_target`: the table read as that target's (a dry run plans the
+    detected GPU's table for a preset)."""
+    if costs_dir is None:
+        return None, "modelled"
+    from planner.costs.records import load_table
+
+    path = costs_dir / f"{label if precision == 'fp32' else f'{label}-{precision}'}.gpu.costs.json"
+    if not path.exists():
+        return None, "modelled"
+    table = load_table(path)
+    if as_target:
+        table = table.model_copy(update={"target": as_target})
+    return table, f"{path.name} ({len(table.entries)} signatures)"
+
+
+def ours(label: str, graph, target, table, folder: Path) -> tuple[dict, dict, dict]:
+    """Our executor's runners (the plan's streams, one stream, the one-stream plan where it
+    differs, CUDA graphs, host feeds), the row's plan fields, and the per-op-type times."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan(graph, target, table)
+        # The one-stream plan (strategy uniform) the co-running guard compared with.
+        one = plan(graph, target, table, PlanOptions(schedule=ScheduleOptions(
+            strategy="uniform")))
+    module = load(build(render(p, folder / label)).dir)
+    runners = {"ours streams": executor_runner(module, graph),
+               "ours 1 stream": executor_runner(module, graph, streams=False)}
+    if one.to_json() != p.to_json():
+        single = load(build(render(one, folder / f"{label}_one")).dir)
+        runners["1-stream plan"] = executor_runner(single, graph)
+    runners["ours graph"] = executor_runner(module, graph, cuda_graph=True)
+    # a graph apart from the streams: launch-overhead gains told from stream gains
+    runners["ours graph 1 stream"] = executor_runner(module, graph, cuda_graph=True,
+                                                     streams=False)
+    runners["ours host feeds"] = executor_runner(module, graph, host_feeds=True)
+    fields = {"streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
+              "predicted_ms": p.summary.step_seconds * 1e3,
+              "predicted_one_stream_ms": one.summary.step_seconds * 1e3,
+              "compute_streams": len({o.stream for o in p.ops if is_compute(o.stream)}),
+              "algorithms": dict(Counter(c.algorithm for c in p.memory.convs))}
+    return runners, fields, lambda: op_type_times(module, graph)
+
+
+def theirs(forward, precision: str, device: str, baselines: dict) -> tuple[dict, dict, dict]:
+    """PyTorch's runners by name, the failed ones' reasons, and each one's seconds until it
+    was ready: torch.compile's compile time (with two warm-up steps) reported apart."""
+    runners, failed, ready = {}, {}, {}
+    for key, options in baselines.items():
+        t0 = time.perf_counter()
+        try:
+            runners[key] = torch_trainer(forward, SGD.lr, 1, device=device,
+                                         autocast=AUTOCAST[precision],
+                                         tf32=precision == "tf32", **options)
+        except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
+            failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        ready[key] = round(time.perf_counter() - t0, 1)
+    return runners, failed, ready
+
+
+def baselines_of(torch_graph: bool, modes: list[str]) -> dict[str, dict]:
+    out = {"torch eager": {}}
+    if torch_graph:
+        out["torch graph"] = dict(cuda_graph=True)
+    for mode in modes:
+        out[compile_key(mode)] = dict(compiled=True, compile_mode=mode)
+    return out
+
+
+def bench_model(label: str, target, steps: int, rounds: int, modes: list[str],
+                torch_graph: bool = False, precision: str = "fp32",
+                costs_dir: Path | None = None, with_ours: bool = True) -> dict:
+    """One zoo model's row: ours (planned with the profiled table in `costs_dir` when there
+    is one) against PyTorch eager (under autocast for a mixed precision) and torch.compile in
+    each of `modes`."""
     name, size = MODELS[label]
     forward = zoo(name, **size)
     graph = prepare(forward, GraphOptions(optimizer=SGD, precision=precision))
     # The step returns the loss alone, as PyTorch's loop does: a graph output comes back to the
     # host every step (GPT's logits are 512 MiB), work the eager step never does.
     graph = type(graph).model_validate(graph.model_dump() | {"outputs": ["loss"]})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = plan(graph, target)
-        # The one-stream plan (strategy uniform) the co-running guard compared with.
-        one = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(
-            strategy="uniform")))
-    runners, failed = {}, {}
+    table, costs = costs_table(costs_dir, label, precision)
+    row = {"model": label, "precision": precision, "ops": len(graph.nodes), "size": size,
+           "costs": costs}
     with tempfile.TemporaryDirectory() as tmp:
-        module = load(build(render(p, Path(tmp) / label)).dir)
-        runners["ours streams"] = executor_runner(module, graph)
-        runners["ours 1 stream"] = executor_runner(module, graph, streams=False)
-        if one.to_json() != p.to_json():
-            single = load(build(render(one, Path(tmp) / f"{label}_one")).dir)
-            runners["1-stream plan"] = executor_runner(single, graph)
-        runners["ours graph"] = executor_runner(module, graph, cuda_graph=True)
-        # a graph apart from the streams: launch-overhead gains told from stream gains
-        runners["ours graph 1 stream"] = executor_runner(module, graph, cuda_graph=True,
-                                                         streams=False)
-        runners["ours host feeds"] = executor_runner(module, graph, host_feeds=True)
-        baselines = {"torch eager": {}}
-        if torch_graph:
-            baselines["torch graph"] = dict(cuda_graph=True)
-        if compiled:
-            baselines["torch.compile"] = dict(compiled=True)
-        for key, options in baselines.items():
-            try:
-                runners[key] = torch_trainer(forward, SGD.lr, 1, device="cuda",
-                                             autocast=AUTOCAST[precision],
-                                             tf32=precision == "tf32", **options)
-            except Exception as e:  # noqa: BLE001 - a baseline's failure must not lose the table
-                failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-        measured = measure(runners, steps, rounds)
-        by_type = op_type_times(module, graph)
-    return {"model": label, "precision": precision, "op_types_ms": by_type,
-            "ops": len(graph.nodes), "size": size,
-            "streams": len(p.target.streams), "arena_mib": p.summary.memory.arena_bytes / 2**20,
-            "measured_ms": {k: v["ms"] for k, v in measured.items()}, "measured": measured,
-            "predicted_ms": p.summary.step_seconds * 1e3,
-            "predicted_one_stream_ms": one.summary.step_seconds * 1e3,
-            "compute_streams": len({o.stream for o in p.ops if is_compute(o.stream)}),
-            "failed": failed}
+        runners, by_type = {}, None
+        if with_ours:
+            runners, fields, by_type = ours(label, graph, target, table, Path(tmp))
+            row |= fields
+        torch_runners, failed, ready = theirs(forward, precision, "cuda",
+                                              baselines_of(torch_graph, modes))
+        measured = measure(runners | torch_runners, steps, rounds)
+        row["op_types_ms"] = by_type() if by_type else {}
+    return row | {"measured_ms": {k: v["ms"] for k, v in measured.items()},
+                  "measured": measured, "failed": failed, "ready_s": ready}
+
+
+def _plan_head(r: dict) -> str:
+    """What the row's plan says (the modules' rows and the zoo rows without ours say less)."""
+    if "predicted_ms" not in r:
+        return "ours not run"
+    head = (f"{r['streams']} streams, arena {r['arena_mib']:.0f} MiB, predicted "
+            f"{r['predicted_ms']:.2f} ms")
+    if "compute_streams" in r:
+        head += (f" on {r['compute_streams']} compute stream(s), "
+                 f"{r['predicted_one_stream_ms']:.2f} ms on one")
+    if "costs" in r:
+        head += f"; costs {r['costs']}"
+    return head
 
 
 def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
@@ -214,12 +291,9 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
         m = r["measured_ms"]
         eager = m.get("torch eager")
         lines.append(f"\n{r['model']} {r['size']} {r.get('precision', 'fp32')} "
-                     f"({r['ops']} ops, {r['streams']} streams, "
-                     f"arena {r['arena_mib']:.0f} MiB, predicted {r['predicted_ms']:.2f} ms "
-                     f"on {r['compute_streams']} compute stream(s), "
-                     f"{r['predicted_one_stream_ms']:.2f} ms on one)")
+                     f"({r['ops']} ops, {_plan_head(r)})")
         spread = r.get("measured", {})
-        lines.append(f"  {'variant':<22}{'host ms':>10}{'device ms':>11}{'min-max ms':>16}"
+        lines.append(f"  {'variant':<38}{'host ms':>10}{'device ms':>11}{'min-max ms':>16}"
                      f"{'eager/x':>9}")
         for k, ms in m.items():
             ratio = f"{eager / ms:>9.2f}" if eager else ""
@@ -227,12 +301,19 @@ def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
             dev = f"{sp['device_ms']:>11.3f}" if "device_ms" in sp else f"{'':>11}"
             lo_hi = (f"{sp['min_ms']:>8.2f}-{sp['max_ms']:<7.2f}" if "min_ms" in sp
                      else f"{'':>16}")
-            lines.append(f"  {k:<22}{ms:>10.3f}{dev}{lo_hi}{ratio}")
+            lines.append(f"  {k:<38}{ms:>10.3f}{dev}{lo_hi}{ratio}")
         for k, why in r["failed"].items():
-            lines.append(f"  {k:<22} failed: {why}")
-        top = list(r["op_types_ms"].items())[:10]
-        lines.append("  one stream, per op type (ms): " +
-                     ", ".join(f"{k} {v:.2f}" for k, v in top))
+            lines.append(f"  {k:<38} failed: {why}")
+        if r.get("ready_s"):  # compile time apart from the step: seconds until the first step
+            lines.append("  ready in (s; compile and two warm-up steps): " +
+                         ", ".join(f"{k} {v:.1f}" for k, v in r["ready_s"].items()))
+        if r.get("algorithms"):
+            lines.append("  convolution algorithms: " + ", ".join(
+                f"{a} x{n}" for a, n in sorted(r["algorithms"].items())))
+        top = list(r.get("op_types_ms", {}).items())[:10]
+        if top:
+            lines.append("  one stream, per op type (ms): " +
+                         ", ".join(f"{k} {v:.2f}" for k, v in top))
     return "\n".join(lines)
 
 
@@ -296,15 +377,39 @@ def dry_run(labels: list[str], target, compiled: bool) -> str:
     return "\n".join(lines)
 
 
-def dry_run_models(labels: list[str], target, precision: str, compiled: bool) -> str:
-    """What --models would run at `precision`, each zoo model's training graph planned here."""
+def _torch_on_cpu(forward, precision: str, modes: list[str]) -> str:
+    """PyTorch's side of a tiny dry run, on the CPU (no GPU here): eager and torch.compile in
+    each of `modes` made ready and stepped once, each one's ready seconds (the compile time
+    reported apart, as on the GPU); Inductor's C++ kernels, not the GPU's Triton ones."""
+    runners, failed, ready = theirs(forward, precision, "cpu", baselines_of(False, modes))
+    parts = []
+    for key, seconds in ready.items():
+        if key in failed:
+            parts.append(f"{key} failed: {failed[key]}")
+            continue
+        t0 = time.perf_counter()
+        runners[key]()
+        step_ms = 1e3 * (time.perf_counter() - t0)
+        parts.append(f"{key} ready in {seconds:.1f} s, a step {step_ms:.1f} ms")
+    return "  torch on the CPU at this size (no GPU here): " + "; ".join(parts)
+
+
+def dry_run_models(labels: list[str], target, precision: str, modes: list[str],
+                   costs_dir: Path | None = None, tiny: bool = False) -> str:
+    """What --models would run at `precision`, each zoo model's training graph planned here
+    (with the kept profiled table where `costs_dir` has one). `tiny`: at TINY's sizes, the
+    plan also rendered for the GPU target and PyTorch's side made ready on the CPU."""
     lines = [f"dry run for target {target.name}, precision {precision}: nothing is measured"]
     for label in labels:
-        name, size = MODELS[label]
-        graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD, precision=precision))
+        name, size = TINY[label] if tiny else MODELS[label]
+        forward = zoo(name, **size)
+        graph = prepare(forward, GraphOptions(optimizer=SGD, precision=precision))
+        table, costs = costs_table(costs_dir, label, precision, as_target=target.name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            p = plan(graph, target)
+            p = plan(graph, target, table)
+        if table is not None:
+            costs += f", {p.summary.analytical_signatures} of the plan's priced by the model"
         low = Counter(t.dtype for t in graph.tensors if t.dtype in ("bfloat16", "float16"))
         casts = sum(n.op == "Cast" for n in graph.nodes)
         lines.append(f"{label} {size}: {len(graph.nodes)} ops ({casts} casts; "
@@ -312,13 +417,20 @@ def dry_run_models(labels: list[str], target, precision: str, compiled: bool) ->
                         or "float32 tensors")
                      + ("; TF32 math" if graph.math == "tf32" else "")
                      + f"); plan predicts {p.summary.step_seconds * 1e3:.2f} ms, arena "
-                     f"{p.summary.memory.arena_bytes / 2**20:.0f} MiB")
+                     f"{p.summary.memory.arena_bytes / 2**20:.0f} MiB"
+                     + (f"; costs {costs}" if costs_dir is not None else ""))
         torch_side = ("torch eager" + (f" under autocast({AUTOCAST[precision]})"
                                        if AUTOCAST[precision] else "")
                       + (" with allow_tf32" if precision == "tf32" else ""))
         variants = ["ours streams", "ours 1 stream", "ours graph", "ours graph 1 stream",
-                    "ours host feeds", torch_side] + (["torch.compile"] if compiled else [])
+                    "ours host feeds", torch_side] + [compile_key(m) for m in modes]
         lines.append("  would time: " + ", ".join(variants))
+        if tiny:
+            with tempfile.TemporaryDirectory() as tmp:
+                files = len(render(p, Path(tmp) / label).files)
+            lines.append(f"  rendered for {target.name}: {files} files (not built here: "
+                         "prepare.sh's CUDA checks build the runtime with nvcc)")
+            lines.append(_torch_on_cpu(forward, precision, modes))
     return "\n".join(lines)
 
 
@@ -337,6 +449,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--compile-modes", default="default",
+                        help="torch.compile's modes, comma-separated (default, "
+                             "max-autotune-no-cudagraphs, ...): a row each, its compile time "
+                             "apart")
+    parser.add_argument("--no-ours", action="store_true",
+                        help="PyTorch's rows only (a later stage's torch.compile modes)")
+    parser.add_argument("--costs-dir", type=Path, default=None,
+                        help="plan ours with MODEL[-PRECISION].gpu.costs.json kept here "
+                             "(bench_gpu_profile.py's profiled algorithms) where it exists")
+    parser.add_argument("--tiny", action="store_true",
+                        help="with --dry-run: tiny sizes, the plan rendered, PyTorch's side "
+                             "compiled and stepped on the CPU")
     parser.add_argument("--torch-graph", action="store_true",
                         help="also PyTorch's step captured whole as one CUDA graph (its replay "
                              "of the translated models hit a device-side assert on an H100: "
@@ -355,12 +479,14 @@ def main() -> None:
     unknown = [m for m in labels if m not in MODELS]
     if unknown and not modules:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    modes = [] if args.no_compile else [m for m in args.compile_modes.split(",") if m]
     if args.dry_run:
         target = load_target(args.target or "h100-80gb")
         if modules:
             print(dry_run(modules, target, not args.no_compile))
         else:
-            print(dry_run_models(labels, target, args.precision, not args.no_compile))
+            print(dry_run_models(labels, target, args.precision, modes, args.costs_dir,
+                                 args.tiny), flush=True)
         return
     target = load_target(args.target or "gpu")
     import torch
@@ -375,8 +501,9 @@ def main() -> None:
         else:
             if label not in MODELS:
                 raise SystemExit(f"unknown model {label!r}; known: {', '.join(MODELS)}")
-            rows.append(bench_model(label, target, args.steps, args.rounds,
-                                    not args.no_compile, args.torch_graph, args.precision))
+            rows.append(bench_model(label, target, args.steps, args.rounds, modes,
+                                    args.torch_graph, args.precision, args.costs_dir,
+                                    not args.no_ours))
         print(report(rows[-1:], device, ("", "")), file=sys.stderr, flush=True)
         if args.out:
             with open(args.out, "a") as f:

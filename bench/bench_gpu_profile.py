@@ -97,8 +97,8 @@ def bench_model(label: str, target, costs_dir: Path, steps: int, rounds: int,
                 profile_steps: int, precision: str = "fp32") -> dict:
     name, size = MODELS[label]
     graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD, precision=precision))
-    table_name = label if precision == "fp32" else f"{label}-{precision}"
-    table, profile_s = profiled(table_name, graph, target, costs_dir, profile_steps)
+    table, profile_s = profiled(table_name(label, precision), graph, target, costs_dir,
+                                profile_steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plans = {"analytical": plan(graph, target), "profiled": plan(graph, target, table)}
@@ -119,22 +119,38 @@ def bench_model(label: str, target, costs_dir: Path, steps: int, rounds: int,
             "signatures": len(table.entries), "profile_s": profile_s, "plans": rows}
 
 
-def dry_run(labels: list[str], target, precision: str) -> str:
-    """What a run would profile and build, for `target` (a preset: no GPU asked)."""
+def dry_run(labels: list[str], target, precision: str, costs_dir: Path | None = None,
+            tiny: bool = False, no_build: bool = False) -> str:
+    """What a run would profile and build, for `target` (a preset: no GPU asked): the
+    signatures to profile, those a table kept in `costs_dir` already holds (a run resumes
+    from them). `tiny`: bench_gpu.py's TINY sizes; `no_build`: the plan rendered, not built
+    (the CUDA runtime's nvcc build takes minutes on 2 cores)."""
+    from bench_gpu import TINY
+
     lines = [f"dry run for target {target.name}, {precision}: nothing is measured"]
     for label in labels:
-        name, size = MODELS[label]
+        name, size = (TINY if tiny else MODELS)[label]
         graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD, precision=precision))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             p = plan(graph, target)
         with tempfile.TemporaryDirectory() as tmp:
-            built = build(render(p, Path(tmp) / label))
+            rendered = render(p, Path(tmp) / label)
+            made = f"renders {len(rendered.files)} files" if no_build else \
+                f"builds ({build(rendered).name})"
         signatures = {s.key for s in graph_signatures(graph, target.gpus[0]).values()}
-        lines.append(f"{label} {size}: {len(signatures)} signatures to profile; the analytical "
-                     f"plan predicts {p.summary.step_seconds * 1e3:.2f} ms and builds "
-                     f"({built.name})")
+        table = table_name(label, precision)
+        path = (costs_dir or Path(".")) / f"{table}.gpu.costs.json"
+        kept = (f"{len(signatures & {e.signature.key for e in load_table(path).entries})} kept "
+                f"in {path.name}" if costs_dir is not None and path.exists() else "none kept")
+        lines.append(f"{label} {size}: {len(signatures)} signatures to profile ({kept}); the "
+                     f"analytical plan predicts {p.summary.step_seconds * 1e3:.2f} ms and "
+                     f"{made}")
     return "\n".join(lines)
+
+
+def table_name(label: str, precision: str) -> str:
+    return label if precision == "fp32" else f"{label}-{precision}"
 
 
 def report(rows: list[dict], device: str, load: tuple[str, str]) -> str:
@@ -167,22 +183,41 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed", "fp16-mixed"])
     parser.add_argument("--dry-run", action="store_true",
                         help="plan and build for the h100-80gb preset; measure nothing")
+    parser.add_argument("--tiny", action="store_true", help="--dry-run at tiny sizes")
+    parser.add_argument("--no-build", action="store_true",
+                        help="--dry-run: render the plan, do not build it")
+    parser.add_argument("--profile-only", action="store_true",
+                        help="profile into --costs-dir (resumed, checkpointed) and stop: the "
+                             "table kept for the plans of bench_gpu.py --costs-dir")
     args = parser.parse_args()
     labels = args.models.split(",")
     unknown = [m for m in labels if m not in MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     if args.dry_run:
-        print(dry_run(labels, load_target("h100-80gb"), args.precision))
+        print(dry_run(labels, load_target("h100-80gb"), args.precision,
+                      args.costs_dir if args.costs_dir != Path(".") else None, args.tiny,
+                      args.no_build))
         return
     target = load_target("gpu")  # this machine's GPU; one line and exit 2 without one
     args.costs_dir.mkdir(parents=True, exist_ok=True)
     before = os.getloadavg()
     rows = []
     for label in labels:
+        if args.profile_only:
+            name, size = MODELS[label]
+            graph = prepare(zoo(name, **size), GraphOptions(optimizer=SGD,
+                                                            precision=args.precision))
+            table, seconds = profiled(table_name(label, args.precision), graph, target,
+                                      args.costs_dir, args.profile_steps)
+            print(f"{label} {args.precision}: {len(table.entries)} signatures in the table, "
+                  f"{seconds:.0f} s", flush=True)
+            continue
         rows.append(bench_model(label, target, args.costs_dir, args.steps, args.rounds,
                                 args.profile_steps, args.precision))
         print(report(rows[-1:], target.gpus[0].name, ("", "")), file=sys.stderr, flush=True)
+    if args.profile_only:
+        return
     after = os.getloadavg()
     load = (" ".join(f"{x:.2f}" for x in before), " ".join(f"{x:.2f}" for x in after))
     if args.json:

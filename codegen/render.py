@@ -169,14 +169,7 @@ def schedule_context(plan: Plan, name: str, layout: str = "plan"
     strings = StringTable()
     rows, cpus, waits, lanes = _op_rows(plan, ops, buffers, arena, strings)
     context = {
-        "name": name,
-        "name_c": c_string(name),
-        "kind": graph.kind,
-        "kind_c": c_string(graph.kind),
-        "backend": backend.name,
-        "runtime_module": backend.module,
-        "backend_title": backend.code,
-        "backend_code": backend.code,
+        **_names(name, graph, backend),
         "num_ops": len(graph.nodes),
         "tensors": _tensor_rows(graph, arena, index, strings),
         "ops": rows,
@@ -206,12 +199,21 @@ def schedule_context(plan: Plan, name: str, layout: str = "plan"
         "params": _describe(graph, ("param", "state", "optimizer-state"), skip_updates=True),
     }
     context["outputs_py"] = ascii(list(graph.outputs))
-    context["load_environment"] = ascii(dict(sorted(backend.load_environment.items())))
-    context["load_choices"] = ascii(backend.load_choices)
     context["plan_json"] = plan_json
-    # The symbol the schedule library exports it under (schedule.h).
-    context["symbol"] = "planner_schedule"
     return env, context
+
+
+def _names(name: str, graph: Any, backend: Any) -> dict[str, Any]:
+    """The context's names: the package's and its graph kind's (also as C strings), its
+    runtime's, how the runtime is loaded, and the symbol the schedule library exports."""
+    return {"name": name, "name_c": c_string(name), "kind": graph.kind,
+            "kind_c": c_string(graph.kind), "backend": backend.name,
+            "runtime_module": backend.module, "backend_title": backend.code,
+            "backend_code": backend.code,
+            "load_environment": ascii(dict(sorted(backend.load_environment.items()))),
+            "load_choices": ascii(backend.load_choices),
+            # The symbol the schedule library exports it under (schedule.h).
+            "symbol": "planner_schedule"}
 
 
 def refuse_unverified(plan: Plan) -> None:

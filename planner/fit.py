@@ -128,18 +128,7 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
     `options` say otherwise. Raises ValueError for a spec that cannot vary `vary`, or a
     global batch the target or the options cannot accumulate."""
     name, params = parse_spec(spec)
-    if vary == "depth" and name != "resnet":
-        raise ValueError(f"--vary depth grows a ResNet; {spec!r} is model {name!r}")
-    if vary not in ("batch", "depth"):
-        raise ValueError(f"vary must be batch or depth, got {vary!r}")
-    if multiple < 1:
-        raise ValueError(f"multiple must be >= 1, got {multiple}")
-    if vary == "depth" and params.get("depth") in BASIC:
-        raise ValueError("--vary depth grows bottleneck ResNets (depth >= 50), not "
-                         f"depth {params['depth']}")
-    if budget_bytes > memory_of(target):
-        raise ValueError(f"budget {budget_bytes} bytes is more than the {memory_of(target)} "
-                         f"bytes of memory of target {target.name!r}")
+    _check_request(spec, name, params, vary, multiple, budget_bytes, target)
     options = (options or MemoryOptions(offload=traits(target).slower_tier)).model_copy(
         update={"budget_bytes": budget_bytes})
     graph_options = graph_options or GraphOptions(optimizer=Optimizer(kind=optimizer),
@@ -162,28 +151,10 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
             return trials[k].fits
         value = value_of(k)
         each = graph_options.model_copy(update={"accumulate": accumulate(value)})
-        try:
-            graph = prepare(build(name, **{**params, vary: value}), each)
-            priced = price(graph) if price is not None else table
-            p = run(fit_planning(graph, target, priced, options, data_parallel),
-                    ("step graph",))
-        except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
-            trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
-            return False
-        try:
-            p = run(p, ("fits",))
-        except ValueError:  # its largest node alone is beyond the target's memory
-            trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value))
-            return False
-        try:
-            peak, step = peak_and_step(p)
-        except InfeasibleBudget as e:
-            trials[k] = Trial(value=value, fits=False, accumulate=accumulate(value),
-                              smallest_bytes=e.smallest_bytes)
-            return False
-        trials[k] = Trial(value=value, fits=True, accumulate=accumulate(value), peak_bytes=peak,
-                          step_seconds=step)
-        return True
+        trials[k] = _trial(lambda: build(name, **{**params, vary: value}), value, each,
+                           target, options, data_parallel,
+                           lambda graph: price(graph) if price is not None else table)
+        return trials[k].fits
 
     first = 6 if vary == "depth" else 1  # ResNet-50's n, or one multiple
     best = largest(fits, first)
@@ -195,6 +166,49 @@ def fit(spec: str, target: Target, budget_bytes: int, vary: Vary = "batch",
                      peak_bytes=winner.peak_bytes if winner else 0,
                      step_seconds=winner.step_seconds if winner else 0.0, trials=ordered,
                      params={k: v for k, v in params.items() if k != vary})
+
+
+def _check_request(spec: str, name: str, params: dict, vary: Vary, multiple: int,
+                   budget_bytes: int, target: Target) -> None:
+    """ValueError for a search `fit` cannot make (its docstring)."""
+    if vary == "depth" and name != "resnet":
+        raise ValueError(f"--vary depth grows a ResNet; {spec!r} is model {name!r}")
+    if vary not in ("batch", "depth"):
+        raise ValueError(f"vary must be batch or depth, got {vary!r}")
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    if vary == "depth" and params.get("depth") in BASIC:
+        raise ValueError("--vary depth grows bottleneck ResNets (depth >= 50), not "
+                         f"depth {params['depth']}")
+    if budget_bytes > memory_of(target):
+        raise ValueError(f"budget {budget_bytes} bytes is more than the {memory_of(target)} "
+                         f"bytes of memory of target {target.name!r}")
+
+
+def _trial(forward: Callable[[], Graph], value: int, each: GraphOptions, target: Target,
+           options: MemoryOptions, data_parallel: DataParallelOptions | None,
+           price: Callable[[Graph], CostTable | None]) -> Trial:
+    """One value's trial: its graph (`forward()` under `each`) planned under the budget of
+    `options`, or why it does not fit (past the zoo's limits, a node beyond the target's
+    memory, a budget no decision meets)."""
+    accumulate = each.accumulate
+    try:
+        graph = prepare(forward(), each)
+        p = run(fit_planning(graph, target, price(graph), options, data_parallel),
+                ("step graph",))
+    except ZooError:  # past the zoo's limits (depth, sizes): too big to consider
+        return Trial(value=value, fits=False, accumulate=accumulate)
+    try:
+        p = run(p, ("fits",))
+    except ValueError:  # its largest node alone is beyond the target's memory
+        return Trial(value=value, fits=False, accumulate=accumulate)
+    try:
+        peak, step = peak_and_step(p)
+    except InfeasibleBudget as e:
+        return Trial(value=value, fits=False, accumulate=accumulate,
+                     smallest_bytes=e.smallest_bytes)
+    return Trial(value=value, fits=True, accumulate=accumulate, peak_bytes=peak,
+                 step_seconds=step)
 
 
 def _micro_batches(global_batch: int | None, vary: Vary, multiple: int, target: Target,

@@ -67,3 +67,41 @@ def test_generated_packages_import_only_the_runtime(tmp_path):
     assert sources
     imported = set().union(*(_planner_imports(f.read_text(encoding="utf-8")) for f in sources))
     assert imported and all(m.startswith("planner.runtime") for m in imported), imported
+
+
+def test_the_compile_matrix_runs_where_the_doc_says():
+    """The training-semantics matrix through the backend: in the slow tier (opt-in, not CI),
+    as many cases outside compile_full as the doc says, of as many in all."""
+    from tests.conftest import OPT_IN
+    from tests.helpers.training_semantics import CASES
+
+    path = ROOT / "tests" / "importers" / "test_training_semantics_compile.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    ci = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+              and getattr(n.targets[0], "id", "") == "CI")
+    test = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                and n.name.startswith("test_"))
+    marks = {ast.unparse(d) for d in test.decorator_list}
+    assert "pytest.mark.slow" in marks and "slow" in OPT_IN
+    words = {4: "four", 19: "19"}
+    claim = DOC.split("test_training_semantics_compile.py")[1].split("\n\n")[0]
+    assert "slow tier" in claim and "CI" in claim
+    assert f"runs {words[len(ci.elts)]} of its {words[len(CASES)]} cases" in " ".join(
+        claim.split())
+
+
+def test_the_one_module_that_schedules_outside_the_stages_is_named():
+    """Outside planner/schedule/ and planner/pipeline/, the CPU scheduler is called by the
+    modules the doc names (docstring examples aside)."""
+    callers = set()
+    for folder in ("planner", "codegen"):
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(("planner/schedule/", "planner/pipeline/")):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "cpu_schedule"
+                   for n in ast.walk(tree)):
+                callers.add(rel)
+    claim = DOC.split("One module schedules outside the stages:")[1].split("\n\n")[0]
+    assert callers == set(re.findall(r"(?:planner|codegen)/[\w/]+\.py", claim))

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -158,7 +160,7 @@ def test_the_device_scripts_parse_and_the_commands_fit():
     for script in sorted((ROOT / "bench" / "device").glob("*.sh")):
         check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert check.returncode == 0, (script.name, check.stderr)
-    for call in ("call1.sh", "call2.sh"):
+    for call in ("call1.sh", "call2.sh", "call_cpu.sh"):
         text = (ROOT / "bench" / "device" / call).read_text()
         back = next(line for line in text.splitlines() if "Back in $OUT" in line)
         count = int(back.split("(")[1].split()[0])
@@ -169,7 +171,7 @@ def test_the_device_scripts_parse_and_the_commands_fit():
         assert count == len(listed) <= 8, (call, listed)
         assert "timeout" in text and "--dry-run" in text
     readme = (ROOT / "bench" / "device" / "README.md").read_text()
-    for command in ("bash bench/device/call1.sh", "bash bench/device/call2.sh"):
+    for command in ("bash bench/device/call1.sh", "bash bench/device/call_cpu.sh"):
         assert f"`{command}`" in readme and len(command) < 2000
 
 
@@ -188,3 +190,57 @@ def test_the_first_call_fits_its_window_and_names_real_tests():
         source = (ROOT / path).read_text()
         if test:
             assert f"def {test.split('[')[0]}(" in source, line
+
+
+# ---- issue 88's window: both calls' dry runs, green on this machine -------------------------
+
+
+def _call(name: str, out: Path, models: str) -> subprocess.CompletedProcess:
+    """bench/device/`name` --dry-run with its files in `out`, its models narrowed to `models`
+    (the commands bench/device/README.md gives; prepare.sh runs them with every model)."""
+    env = {**os.environ, "OUT": str(out), "MODELS": models, "PLANNER_PY": sys.executable}
+    return subprocess.run(["bash", str(ROOT / "bench" / "device" / name), "--dry-run"],
+                          capture_output=True, text=True, env=env, timeout=1500, cwd=ROOT)
+
+
+@pytest.mark.slow  # minutes: PyTorch's side compiled on 2 cores in two modes and precisions
+def test_gpu_call_dry_run_is_green(tmp_path):
+    """Call 1: the features' tests collected, ResNet-50's profile counted against the store's
+    table, GPT planned (fp32 and bf16-mixed) and rendered for the H100 preset, PyTorch's side
+    made ready on the CPU in eager and both torch.compile modes, each one's ready time apart."""
+    run = _call("call1.sh", tmp_path, "gpt")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert run.stdout.rstrip().splitlines()[-1].startswith("call 1 done at ")
+    assert " tests collected" in (tmp_path / "gpu_tests.log").read_text()
+    profile = (tmp_path / "profile.txt").read_text()
+    assert "store bench/device/costs/nvidia-h200" in profile
+    assert "kept in resnet50.gpu.costs.json" in profile
+    assert "kept in resnet50-bf16-mixed.gpu.costs.json" in profile
+    bench = (tmp_path / "bench.txt").read_text()
+    for precision in ("fp32", "bf16-mixed"):
+        assert f"dry run for target h100-80gb, precision {precision}" in bench
+    assert bench.count("  rendered for h100-80gb: ") == 4  # two precisions, two stages
+    for row in ("torch eager ready in", "torch.compile ready in",
+                "torch.compile max-autotune-no-cudagraphs ready in"):
+        assert row in bench, row
+    assert "failed" not in bench
+
+
+@pytest.mark.slow  # a minute or two: the real bench at a tiny size on 2 cores
+def test_cpu_call_dry_run_is_green(tmp_path):
+    """Call 2: bench_cpu_strategies on the tiny LSTM, its row as a JSON line, and the fits
+    table made from that row."""
+    run = _call("call_cpu.sh", tmp_path, "lstm")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "cpu.jsonl").read_text().splitlines()]
+    assert [r["model"] for r in rows] == ["lstm"]
+    row = rows[0]
+    assert {"uniform", "paper", "optimized", "torch eager", row["best_grid"]} <= set(
+        row["measured_ms"])
+    assert all(ms > 0 for ms in row["measured_ms"].values())
+    fits = (tmp_path / "fits.md").read_text().splitlines()
+    line = next(f for f in fits if f.startswith("| lstm | measured |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert float(cells[5]) == pytest.approx(row["predicted_ms"]["optimized"], abs=0.006)
+    assert float(cells[6]) == pytest.approx(row["measured_ms"]["optimized"], abs=0.006)
+    assert cells[8].startswith(row["best_grid"])

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 # The device tool's limit on the working tree plus carried folders (its README).
 TRAVEL_LIMIT = 64 * 2**20
-CARRIED = (".whl", ".rt")
+CARRIED = (".whl", ".whl-cpu", ".rt")
 # Python 3.12 on x86-64 Linux: the GPU image's interpreter (its KINDS.md).
 ENVIRONMENT = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
                "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",

@@ -21,6 +21,14 @@ mapfile -t pins < <(grep -vE '^\s*(#|$)' bench/device/wheels.txt)
   -d .whl "${pins[@]}" || fail "pip download of ${pins[*]}"
 # One version of each (two stop the whole install there), every requirement met by the set.
 "$PY" bench/device/carry_check.py bench/device/wheels.txt .whl || fail "the wheels disagree"
+echo "== oneDNN's wheels for the CPU call (bench/device/wheels-cpu.txt) into .whl-cpu/"
+mkdir -p .whl-cpu
+mapfile -t cpu_pins < <(grep -vE '^\s*(#|$)' bench/device/wheels-cpu.txt)
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+  -d .whl-cpu "${cpu_pins[@]}" || fail "pip download of ${cpu_pins[*]}"
+"$PY" bench/device/carry_check.py bench/device/wheels-cpu.txt .whl-cpu || fail "oneDNN's wheels disagree"
 site=$(mktemp -d)
 # Installed as the image's CPython 3.12 would install them (this Python may be another).
 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" --only-binary=:all: \
@@ -47,15 +55,15 @@ if [ "${1:-}" != --quick ]; then
 fi
 echo "== call 1, dry run"
 OUT=$(mktemp -d) bash bench/device/call1.sh --dry-run || fail "call 1's dry run"
-echo "== call 2, dry run"
-OUT=$(mktemp -d) bash bench/device/call2.sh --dry-run || fail "call 2's dry run"
+echo "== call 2 (the CPUs), dry run"
+OUT=$(mktemp -d) bash bench/device/call_cpu.sh --dry-run || fail "call 2's dry run"
 
 echo "== what travels"
 "$PY" bench/device/carry_check.py --tree . || fail "the tree is too large to travel"
 cat <<'TXT'
 prepare: OK. On the GPU machine (the device tool's run; compile-checked here, not run on a GPU):
   call 1: command "bash bench/device/call1.sh"  carry [".whl"]  timeout_s 500
-  then:   mkdir -p .rt && cp FILES_AT/rt.tgz .rt/   (FILES_AT: where call 1's files came back)
-  call 2: command "bash bench/device/call2.sh"  carry [".whl", ".rt"]  timeout_s 450   (only if call 1 left the time)
+  call 2: command "bash bench/device/call_cpu.sh"  carry [".whl", ".whl-cpu"]  timeout_s 330   (only if call 1 left the time)
+  then:   give_back; cp FILES_AT/costs/*.json bench/device/costs/GPU/ (call 1's profile.txt names GPU)
 Read the results as bench/device/README.md says; numbers go to bench/RESULTS.md.
 TXT

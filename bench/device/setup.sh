@@ -18,7 +18,9 @@ else
       echo "setup: no wheels in .whl/: run bash bench/device/prepare.sh here and carry .whl" >&2
       return 1
     fi
-    if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --prefix /tmp/pfx .whl/*.whl
+    # .whl-cpu/: oneDNN's wheels, carried to the CPU call only (bench/device/wheels-cpu.txt)
+    if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --prefix /tmp/pfx .whl/*.whl \
+      $(ls .whl-cpu/*.whl 2>/dev/null)
     then
       echo "setup: the wheels in .whl/ did not install (above)" >&2
       rm -rf /tmp/pfx

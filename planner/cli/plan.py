@@ -22,6 +22,23 @@ from planner.errors import UserError
 
 
 def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> None:
+    _add_plan(sub, measurers)
+    _add_show(sub)
+    d = sub.add_parser("diff", help="compare two plans; exit 1 when they differ")
+    d.add_argument("a", metavar="A")
+    d.add_argument("b", metavar="B")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(run=run_diff)
+
+    v = sub.add_parser("verify", help="re-check a plan independently of the planner")
+    v.add_argument("plan", metavar="PLAN")
+    v.add_argument("--graph", metavar="GRAPH", help="also check the ops against this graph")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(run=run_verify)
+
+
+def _add_plan(sub: Any, measurers: Callable[[], Any] | None) -> None:
+    """`planner plan`: the graph, its target and costs, the scheduling and decision flags."""
     from planner.cli.data_parallel import add_data_parallel_flags
     from planner.cli.decisions import add_decision_flags
     from planner.cli.flags import field_flag
@@ -56,6 +73,13 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     add_decision_flags(p)
     add_data_parallel_flags(p, "N processes each train on a shard of the batch; the plan "
                                "averages the gradients over them (planner.schedule.parallel)")
+    _add_plan_outputs(p)
+    p.set_defaults(run=run_plan, measurers=measurers)
+
+
+def _add_plan_outputs(p: Any) -> None:
+    """`planner plan`'s flags of what it writes: the schedules it leaves out, the batch sizes
+    it plans apart, the output file."""
     p.add_argument("--no-variants", action="store_true",
                    help="leave out the schedules for fewer free cores (docs/executor.md: what "
                         "the executor runs when other processes hold some of the cores)")
@@ -77,8 +101,9 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing different FILE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(run=run_plan, measurers=measurers)
 
+
+def _add_show(sub: Any) -> None:
     s = sub.add_parser("show", help="summarize a plan; optionally draw its timeline as SVG")
     s.add_argument("plan", metavar="PLAN")
     s.add_argument("--json", action="store_true")
@@ -98,18 +123,6 @@ def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> N
                         "it is still the one planned for)")
     s.add_argument("--force", action="store_true")
     s.set_defaults(run=run_show)
-
-    d = sub.add_parser("diff", help="compare two plans; exit 1 when they differ")
-    d.add_argument("a", metavar="A")
-    d.add_argument("b", metavar="B")
-    d.add_argument("--json", action="store_true")
-    d.set_defaults(run=run_diff)
-
-    v = sub.add_parser("verify", help="re-check a plan independently of the planner")
-    v.add_argument("plan", metavar="PLAN")
-    v.add_argument("--graph", metavar="GRAPH", help="also check the ops against this graph")
-    v.add_argument("--json", action="store_true")
-    v.set_defaults(run=run_verify)
 
 
 def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:

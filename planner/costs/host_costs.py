@@ -327,24 +327,35 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
             figures = corun(graphs[0], target, store.for_signatures(wanted, step), progress)
             store = store.fitted(step, figures, _during(clock, load, now))
         if missing or fit:
-            try:
-                atomic_write(path, canonical_json(store.model_dump(mode="json",
-                                                                   exclude_none=True)))
-            except OSError as e:  # a full disk, a read-only cache: this plan still uses them
-                if progress is not None:
-                    print(f"planner: warning: {e}; the measurements price this plan but are "
-                          "not kept", file=progress)
+            _keep_store(path, store, progress)
     fresh = {s.key for s in missing}
     table = store.for_signatures(wanted, step)
-    try:
-        keep_priced(table)
-    except OSError as e:  # a read-only cache plans all the same (explain lacks the table)
-        if progress is not None:
-            print(f"planner: warning: {e}; `planner explain` will not find this plan's "
-                  "cost table", file=progress)
+    _keep_table(table, progress)
     return HostPricing(table=table,
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
+
+
+def _keep_store(path: Path, store: HostCosts, progress: TextIO | None) -> None:
+    """`store` written to `path`, or a warning: a full disk, a read-only cache, and this plan
+    is still priced by what was measured."""
+    try:
+        atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
+    except OSError as e:
+        if progress is not None:
+            print(f"planner: warning: {e}; the measurements price this plan but are "
+                  "not kept", file=progress)
+
+
+def _keep_table(table: CostTable, progress: TextIO | None) -> None:
+    """The plan's table kept for `planner explain`, or a warning: a read-only cache plans all
+    the same (explain lacks the table)."""
+    try:
+        keep_priced(table)
+    except OSError as e:
+        if progress is not None:
+            print(f"planner: warning: {e}; `planner explain` will not find this plan's "
+                  "cost table", file=progress)
 
 
 def priced_path(sha256: str) -> Path:

@@ -61,6 +61,79 @@ def backward_start(graph: Graph) -> int:
                  if any(graph.tensor_map[t].role == "grad" for t in n.outputs)), len(graph.nodes))
 
 
+RESERVED = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathered/",
+            "regathered/")
+
+
+def _check_names(graph: Graph) -> None:
+    """UserError when the graph already uses a name the rewrite reserves."""
+    taken = sorted(t.name for t in graph.tensors if t.name.startswith(RESERVED)) + sorted(
+        n.name for n in graph.nodes if n.name.startswith(RESERVED))
+    if taken:
+        raise UserError(f"graph {graph.name!r}: the names {', '.join(r + '...' for r in RESERVED)}"
+                        f" are reserved for --shard-parameters ({taken[0]!r})")
+
+
+def _readers(graph: Graph, params: list[str], updates: set[str]) -> dict[str, list[int]]:
+    """Per parameter, the indices of the nodes reading it (its update aside); UserError for a
+    parameter the rewrite cannot shard."""
+    readers: dict[str, list[int]] = {p: [] for p in params}
+    for i, n in enumerate(graph.nodes):
+        if n.name in updates:
+            continue
+        for t in dict.fromkeys(n.inputs):
+            if t in readers:
+                readers[t].append(i)
+    tm = graph.tensor_map
+    for p in params:
+        if tm[p].dtype != "float32" or tm[p].role != "param" or p in graph.outputs:
+            raise UserError(f"graph {graph.name!r}: --shard-parameters shards float32 parameters "
+                            f"that the step does not output; {p!r} is not one")
+    return readers
+
+
+def _gathers(graph: Graph, k: int, params: list[str], own: Tensor, fwd: list[int],
+             back: list[int], keep: bool, attrs: dict) -> list[tuple[Node, list[Tensor],
+                                                                       list[int], str]]:
+    """Bucket k's all-gathers: per phase that reads its parameters, the AllGather, its copies,
+    the indices of the nodes that read them and the copies' name prefix (module docstring)."""
+    tm = graph.tensor_map
+    gather_attrs = {**attrs, "ndims": [len(tm[p].shape) for p in params],
+                    "dims": [d for p in params for d in tm[p].shape]}
+    out = []
+    for phase, at, prefix in (("forward", fwd + (back if keep else []), "gathered/"),
+                              ("backward", [] if keep else back, "regathered/")):
+        if not at:
+            continue
+        copies = [Tensor(name=f"{prefix}{p}", shape=tm[p].shape) for p in params]
+        name = f"allgather/{k}" + ("/backward" if phase == "backward" else "")
+        extra = {"keep": int(keep)} if phase == "forward" else {}
+        out.append((Node(name=name, op="AllGather", inputs=(own.name,),
+                         outputs=tuple(c.name for c in copies),
+                         attrs={**gather_attrs, **extra}), copies, at, prefix))
+    return out
+
+
+def _rewritten(graph: Graph, before: dict[int, list[Node]], update_at: dict[str, Node],
+               scatter_after: dict[str, Node], renamed: dict[int, dict[str, str]],
+               gone: set[str]) -> list[Node]:
+    """The graph's nodes with the gathers before their first readers, the sharded updates in
+    place of the last of their bucket's, the reduce-scatters after their bucket's last
+    gradient, the readers reading the gathered copies, and what the shards replace gone."""
+    nodes: list[Node] = []
+    for i, n in enumerate(graph.nodes):
+        nodes += before.get(i, [])
+        if n.name in update_at:
+            nodes.append(update_at[n.name])
+        elif n.name not in gone:
+            names = renamed.get(i, {})
+            nodes.append(n.model_copy(update={"inputs": tuple(names.get(t, t)
+                                                               for t in n.inputs)})
+                         if names else n)
+        nodes += [scatter_after[o] for o in n.outputs if o in scatter_after]
+    return nodes
+
+
 def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: int,
                             ranks_per_host: int = 1) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
@@ -70,13 +143,7 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
     use."""
     graph, scaling = without_loss_scaling(graph)
     graph, clip = without_clip(graph)
-    reserved = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathered/",
-                "regathered/")
-    taken = sorted(t.name for t in graph.tensors if t.name.startswith(reserved)) + sorted(
-        n.name for n in graph.nodes if n.name.startswith(reserved))
-    if taken:
-        raise UserError(f"graph {graph.name!r}: the names {', '.join(r + '...' for r in reserved)}"
-                        f" are reserved for --shard-parameters ({taken[0]!r})")
+    _check_names(graph)
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
@@ -85,19 +152,7 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
     bwd = backward_start(graph)
     params_of = [[u.inputs[0] for u in ups] for ups in groups]
     bucket_of = {p: k for k, ps in enumerate(params_of) for p in ps}
-    updates = {u.name for ups in groups for u in ups}
-    # Per parameter, the nodes reading it (its update aside), by index.
-    readers: dict[str, list[int]] = {p: [] for p in bucket_of}
-    for i, n in enumerate(graph.nodes):
-        if n.name in updates:
-            continue
-        for t in dict.fromkeys(n.inputs):
-            if t in readers:
-                readers[t].append(i)
-    for p in bucket_of:
-        if tm[p].dtype != "float32" or tm[p].role != "param" or p in graph.outputs:
-            raise UserError(f"graph {graph.name!r}: --shard-parameters shards float32 parameters "
-                            f"that the step does not output; {p!r} is not one")
+    readers = _readers(graph, list(bucket_of), {u.name for ups in groups for u in ups})
     gone: set[str] = set()
     added: list[Tensor] = []
     before: dict[int, list[Node]] = {}     # node index -> the gathers inserted before it
@@ -120,19 +175,9 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
         back = sorted({i for p in params for i in readers[p] if i >= bwd})
         others = {i for p, ks in bucket_of.items() if ks != k for i in readers[p]}
         keep = bool(fwd and back) and not any(fwd[-1] < i < back[0] for i in others)
-        gather_attrs = {**attrs, "ndims": [len(tm[p].shape) for p in params],
-                        "dims": [d for p in params for d in tm[p].shape]}
-        for phase, at, prefix in (("forward", fwd + (back if keep else []), "gathered/"),
-                                  ("backward", [] if keep else back, "regathered/")):
-            if not at:
-                continue
-            copies = [Tensor(name=f"{prefix}{p}", shape=tm[p].shape) for p in params]
+        for node, copies, at, prefix in _gathers(graph, k, params, own, fwd, back, keep, attrs):
             added += copies
-            name = f"allgather/{k}" + ("/backward" if phase == "backward" else "")
-            extra = {"keep": int(keep)} if phase == "forward" else {}
-            before.setdefault(at[0], []).append(Node(
-                name=name, op="AllGather", inputs=(own.name,),
-                outputs=tuple(c.name for c in copies), attrs={**gather_attrs, **extra}))
+            before.setdefault(at[0], []).append(node)
             for i in at:
                 renamed.setdefault(i, {}).update({p: f"{prefix}{p}" for p in params})
         scatter_after[b[-1]] = Node(name=f"reducescatter/{k}", op="ReduceScatter",
@@ -143,20 +188,9 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
             name=f"shardedupdate/{k}", op=ups[0].op,
             inputs=(own.name, grad.name, *(t.name for t in state), *step),
             outputs=tuple(t.name for t in nexts), attrs=dict(ups[0].attrs))
-    nodes: list[Node] = []
-    for i, n in enumerate(graph.nodes):
-        nodes += before.get(i, [])
-        if n.name in update_at:
-            nodes.append(update_at[n.name])
-        elif n.name not in gone:
-            names = renamed.get(i, {})
-            nodes.append(n.model_copy(update={"inputs": tuple(names.get(t, t)
-                                                               for t in n.inputs)})
-                         if names else n)
-        nodes += [scatter_after[o] for o in n.outputs if o in scatter_after]
+    nodes = _rewritten(graph, before, update_at, scatter_after, renamed, gone)
     tensors = tuple(t for t in graph.tensors if t.name not in gone) + tuple(added)
     # Checked once, with its clip and loss scaling back (each puts its ops in unchecked).
     return check_graph(with_unscaled_shards(with_clipped_shards(in_dependency_order(
         graph.model_copy(update={"tensors": tensors, "nodes": tuple(nodes)})), clip, attrs),
         scaling, attrs))
-

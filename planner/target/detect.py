@@ -114,43 +114,11 @@ def read_topology(sys_root: Path, cpuinfo_text: str | None,
 
     `allowed`: the CPUs this process may use (os.sched_getaffinity); others are left out.
     """
-    notes: list[str] = []
     cpuinfo = parse_cpuinfo(cpuinfo_text or "")
     base = sys_root / "devices/system/cpu"
-    online = _read(base / "online")
-    if online is not None:
-        ids = parse_cpu_list(online)
-    elif cpuinfo:
-        ids = sorted(cpuinfo)
-        notes.append("no /sys/devices/system/cpu/online: CPUs from /proc/cpuinfo")
-    else:
-        ids = list(range(os.cpu_count() or 1))
-        notes.append("no CPU list in /sys or /proc/cpuinfo: CPUs 0..os.cpu_count()-1")
-    if allowed is not None and set(ids) - allowed:
-        kept = [i for i in ids if i in allowed]
-        notes.append(f"process restricted to CPUs {kept} of {len(ids)} online")
-        ids = kept or ids
-
-    # (package, core id) per logical CPU.
-    place: dict[int, tuple[int, int]] = {}
-    missing_sys, missing_all = [], []
-    for i in ids:
-        topo = base / f"cpu{i}/topology"
-        pkg, core = _read(topo / "physical_package_id"), _read(topo / "core_id")
-        if pkg is not None and core is not None:
-            place[i] = (int(pkg), int(core))
-            continue
-        missing_sys.append(i)
-        info = cpuinfo.get(i, {})
-        if "core id" in info:
-            place[i] = (int(info.get("physical id", 0)), int(info["core id"]))
-        else:
-            missing_all.append(i)
-            place[i] = (0, 1_000_000 + i)  # its own core
-    if missing_sys:
-        notes.append(f"no sysfs topology for CPUs {missing_sys}: core ids from /proc/cpuinfo")
-    if missing_all:
-        notes.append(f"no core ids for CPUs {missing_all}: each counted as its own core")
+    ids, notes = _online_cpus(base, cpuinfo, allowed)
+    place, place_notes = _places(base, ids, cpuinfo)
+    notes += place_notes
 
     core_keys = sorted(set(place.values()), key=lambda k: min(i for i in ids if place[i] == k))
     core_index = {k: n for n, k in enumerate(core_keys)}
@@ -173,6 +141,54 @@ def read_topology(sys_root: Path, cpuinfo_text: str | None,
     return Topology(logical_cpus=cpus, cache_group_level=level, cache_group_bytes=size,
                     model=first.get("model name", "unknown CPU"), mhz=mhz,
                     flags=frozenset(first.get("flags", "").split()), notes=tuple(notes))
+
+
+def _online_cpus(base: Path, cpuinfo: dict, allowed: set[int] | None
+                 ) -> tuple[list[int], list[str]]:
+    """The logical CPUs online (sysfs, else /proc/cpuinfo, else os.cpu_count) that this
+    process may use, and notes of where they came from."""
+    notes: list[str] = []
+    online = _read(base / "online")
+    if online is not None:
+        ids = parse_cpu_list(online)
+    elif cpuinfo:
+        ids = sorted(cpuinfo)
+        notes.append("no /sys/devices/system/cpu/online: CPUs from /proc/cpuinfo")
+    else:
+        ids = list(range(os.cpu_count() or 1))
+        notes.append("no CPU list in /sys or /proc/cpuinfo: CPUs 0..os.cpu_count()-1")
+    if allowed is not None and set(ids) - allowed:
+        kept = [i for i in ids if i in allowed]
+        notes.append(f"process restricted to CPUs {kept} of {len(ids)} online")
+        ids = kept or ids
+    return ids, notes
+
+
+def _places(base: Path, ids: list[int], cpuinfo: dict
+            ) -> tuple[dict[int, tuple[int, int]], list[str]]:
+    """(package, core id) per logical CPU (sysfs, else /proc/cpuinfo, else a core of its
+    own), and notes of the CPUs whose ids came from elsewhere than sysfs."""
+    notes: list[str] = []
+    place: dict[int, tuple[int, int]] = {}
+    missing_sys, missing_all = [], []
+    for i in ids:
+        topo = base / f"cpu{i}/topology"
+        pkg, core = _read(topo / "physical_package_id"), _read(topo / "core_id")
+        if pkg is not None and core is not None:
+            place[i] = (int(pkg), int(core))
+            continue
+        missing_sys.append(i)
+        info = cpuinfo.get(i, {})
+        if "core id" in info:
+            place[i] = (int(info.get("physical id", 0)), int(info["core id"]))
+        else:
+            missing_all.append(i)
+            place[i] = (0, 1_000_000 + i)  # its own core
+    if missing_sys:
+        notes.append(f"no sysfs topology for CPUs {missing_sys}: core ids from /proc/cpuinfo")
+    if missing_all:
+        notes.append(f"no core ids for CPUs {missing_all}: each counted as its own core")
+    return place, notes
 
 
 def _cache_groups(base: Path, ids: list[int],

@@ -338,109 +338,123 @@ def _function() -> Any:
     class Step(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, run: _Training, *args: Any) -> Any:
-            given = run.feeds.of(args)
-            piece = run.piece
-            lease = run.forward.lease()
-            try:
-                out = lease.ex.forward(given, [], list(run.views))
-                outs = [as_torch(out[o]) for o in piece.outputs]
-                mutations = [as_torch(out[t]) for _, t in piece.mutations]
-                shown = dict(zip(piece.outputs, outs, strict=True))
-                shown.update((t, m) for (_, t), m in zip(piece.mutations, mutations,
-                                                          strict=True))
-                # What the backward reads of the user's is saved for it (autograd frees it
-                # after the backward, or with a graph never backwarded, and its version counter
-                # catches an in-place change of a saved output). The activations only the
-                # backward sees stay the executor's arrays, held by one saved anchor: the
-                # arena is this call's until autograd frees the anchor with the others.
-                # Under the user's saved-tensor hooks (non-reentrant checkpointing drops what
-                # is saved and recomputes it) every activation goes through them, as eager's.
-                if _saved_tensor_hooks():
-                    saved = [shown[t] if t in shown else lease.kept(out[t])
-                             for t in run.split.saved]
-                    ctx.arena = None
-                else:
-                    saved = [shown[t] for t in run.split.saved if t in shown]
-                    ctx.arena = {t: _feedable(out[t]) for t in run.split.saved if t not in shown}
-                    saved.append(lease.anchor(ctx.arena))
-            finally:
-                lease.close()
-            ctx.run = run
-            # (the leaves whose .grad the backward's views may become: Lease.gradients_of)
-            ctx.leaves = [weakref.ref(a) for a, need in zip(args, run.needs, strict=True)
-                          if need and a.is_leaf]
-            ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
-            ctx.save_for_backward(*(args[k].detach().clone() if k in run.written else args[k]
-                                    for k in run.read), *saved)
-            ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
-                                          if o not in run.differentiable], *mutations)
-            return (*outs, *mutations)
+            return _forward(ctx, run, args)
 
         @staticmethod
         def backward(ctx: Any, *grad_outs: Any) -> Any:
-            run: _Training = ctx.run
-            if torch.is_grad_enabled():
-                # create_graph=True (autograd runs a backward with gradients on only then):
-                # the executor's gradients have no autograd graph of their own, so they would
-                # come back silently non-differentiable (a WGAN-GP penalty that trains nothing).
-                raise DoubleBackward(
-                    f"graph {run.name}: torch.autograd.grad(..., create_graph=True) (or "
-                    f"backward(create_graph=True)) through a graph planned by "
-                    f"torch.compile(backend=\"planner\"): the planner's backward is not "
-                    f"differentiable again; compute that gradient with the module uncompiled "
-                    f"(the compiled module's _orig_mod) or compiled by another backend")
-            piece, split = run.piece, run.split
-            # (unpacked first: a second backward of a freed graph raises here, as eager does,
-            # before the arena's arrays, no longer this call's, are read)
-            values = ctx.saved_tensors
-            feeds: dict[str, Any] = {}
-            for k, t in zip(run.read, values, strict=False):
-                feeds[piece.inputs[k]] = _in_place(t)
-            if ctx.arena is None:  # every activation saved as a tensor
-                feeds.update(zip(split.saved, map(_in_place, values[len(run.read):]),
-                                 strict=True))
-            else:
-                shown = iter(values[len(run.read):-1])  # (the last: the arena's anchor)
-                feeds.update((t, ctx.arena[t] if t in ctx.arena else _in_place(next(shown)))
-                             for t in split.saved)
-            if ctx.draws is not None:
-                feeds[RNG_STEP] = ctx.draws
-            seeds: dict[str, Any] = {}
-            for o, g in zip(piece.outputs, grad_outs, strict=False):
-                s = split.seeds.get(o)
-                if s is not None and g is not None:  # an output returned twice: both summed
-                    seeds[s] = g if s not in seeds else seeds[s] + g
-            for s in split.seeds.values():
-                if s not in seeds and s in split.backward.tensor_map:
-                    shape = split.backward.tensor(s).shape
-                    seeds[s] = torch.zeros(shape, dtype=torch.float32)
-            # Each incoming gradient in its output's dtype (bfloat16 under autocast).
-            feeds.update({s: _in_place(g.to(_torch_dtype(split.backward.tensor(s).dtype)))
-                          for s, g in seeds.items() if s in split.backward.tensor_map})
-            wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
-            out: dict[str, Any] = {}
-            if run.backward is not None:
-                # Each gradient a view of the leased arena, holding it while it lives: the
-                # `.grad` it becomes (set_to_none frees it: the executor is free again), or
-                # the one autograd adds it into (a second executor runs the next backward
-                # while the first's views are kept: gradient accumulation, two at most).
-                lease = run.backward.lease()
-                try:
-                    got = lease.ex.forward({n: v for n, v in feeds.items() if n in wanted}, [],
-                                           list(run.grad_views))
-                    out = {g: lease.kept(got[g]) for g in run.grad_views}
-                    lease.gradients_of(ctx.leaves)
-                finally:
-                    lease.close()
-            grads: list[Any] = [None]
-            for k, a in enumerate(ctx.run.needs):
-                g = split.grads.get(piece.inputs[k]) if a else None
-                value = out.get(g) if g in out else feeds.get(g) if g else None
-                grads.append(value if value is None or isinstance(value, torch.Tensor)
-                             else as_torch(value))
-            return tuple(grads)
+            return _backward(ctx, grad_outs)
 
     return Step
+
+
+def _forward(ctx: Any, run: _Training, args: tuple) -> Any:
+    """Step.forward: the forward executor's run on the leased arena, what the backward reads
+    saved on `ctx`, the outputs and mutations returned."""
+    given = run.feeds.of(args)
+    piece = run.piece
+    lease = run.forward.lease()
+    try:
+        out = lease.ex.forward(given, [], list(run.views))
+        outs = [as_torch(out[o]) for o in piece.outputs]
+        mutations = [as_torch(out[t]) for _, t in piece.mutations]
+        shown = dict(zip(piece.outputs, outs, strict=True))
+        shown.update((t, m) for (_, t), m in zip(piece.mutations, mutations,
+                                                  strict=True))
+        # What the backward reads of the user's is saved for it (autograd frees it
+        # after the backward, or with a graph never backwarded, and its version counter
+        # catches an in-place change of a saved output). The activations only the
+        # backward sees stay the executor's arrays, held by one saved anchor: the
+        # arena is this call's until autograd frees the anchor with the others.
+        # Under the user's saved-tensor hooks (non-reentrant checkpointing drops what
+        # is saved and recomputes it) every activation goes through them, as eager's.
+        if _saved_tensor_hooks():
+            saved = [shown[t] if t in shown else lease.kept(out[t])
+                     for t in run.split.saved]
+            ctx.arena = None
+        else:
+            saved = [shown[t] for t in run.split.saved if t in shown]
+            ctx.arena = {t: _feedable(out[t]) for t in run.split.saved if t not in shown}
+            saved.append(lease.anchor(ctx.arena))
+    finally:
+        lease.close()
+    ctx.run = run
+    # (the leaves whose .grad the backward's views may become: Lease.gradients_of)
+    ctx.leaves = [weakref.ref(a) for a, need in zip(args, run.needs, strict=True)
+                  if need and a.is_leaf]
+    ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
+    ctx.save_for_backward(*(args[k].detach().clone() if k in run.written else args[k]
+                            for k in run.read), *saved)
+    ctx.mark_non_differentiable(*[t for o, t in zip(piece.outputs, outs, strict=True)
+                                  if o not in run.differentiable], *mutations)
+    return (*outs, *mutations)
+
+
+def _backward(ctx: Any, grad_outs: tuple) -> Any:
+    """Step.backward: the backward executor's run on what the forward saved and the incoming
+    gradients, a gradient (or None) per input of Step.forward."""
+    import torch
+
+    run: _Training = ctx.run
+    if torch.is_grad_enabled():
+        # create_graph=True (autograd runs a backward with gradients on only then): the
+        # executor's gradients have no autograd graph of their own, so they would come back
+        # silently non-differentiable (a WGAN-GP penalty that trains nothing).
+        raise DoubleBackward(
+            f"graph {run.name}: torch.autograd.grad(..., create_graph=True) (or "
+            f"backward(create_graph=True)) through a graph planned by "
+            f"torch.compile(backend=\"planner\"): the planner's backward is not "
+            f"differentiable again; compute that gradient with the module uncompiled "
+            f"(the compiled module's _orig_mod) or compiled by another backend")
+    piece, split = run.piece, run.split
+    # (unpacked first: a second backward of a freed graph raises here, as eager does,
+    # before the arena's arrays, no longer this call's, are read)
+    values = ctx.saved_tensors
+    feeds: dict[str, Any] = {}
+    for k, t in zip(run.read, values, strict=False):
+        feeds[piece.inputs[k]] = _in_place(t)
+    if ctx.arena is None:  # every activation saved as a tensor
+        feeds.update(zip(split.saved, map(_in_place, values[len(run.read):]),
+                         strict=True))
+    else:
+        shown = iter(values[len(run.read):-1])  # (the last: the arena's anchor)
+        feeds.update((t, ctx.arena[t] if t in ctx.arena else _in_place(next(shown)))
+                     for t in split.saved)
+    if ctx.draws is not None:
+        feeds[RNG_STEP] = ctx.draws
+    seeds: dict[str, Any] = {}
+    for o, g in zip(piece.outputs, grad_outs, strict=False):
+        s = split.seeds.get(o)
+        if s is not None and g is not None:  # an output returned twice: both summed
+            seeds[s] = g if s not in seeds else seeds[s] + g
+    for s in split.seeds.values():
+        if s not in seeds and s in split.backward.tensor_map:
+            shape = split.backward.tensor(s).shape
+            seeds[s] = torch.zeros(shape, dtype=torch.float32)
+    # Each incoming gradient in its output's dtype (bfloat16 under autocast).
+    feeds.update({s: _in_place(g.to(_torch_dtype(split.backward.tensor(s).dtype)))
+                  for s, g in seeds.items() if s in split.backward.tensor_map})
+    wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
+    out: dict[str, Any] = {}
+    if run.backward is not None:
+        # Each gradient a view of the leased arena, holding it while it lives: the
+        # `.grad` it becomes (set_to_none frees it: the executor is free again), or
+        # the one autograd adds it into (a second executor runs the next backward
+        # while the first's views are kept: gradient accumulation, two at most).
+        lease = run.backward.lease()
+        try:
+            got = lease.ex.forward({n: v for n, v in feeds.items() if n in wanted}, [],
+                                   list(run.grad_views))
+            out = {g: lease.kept(got[g]) for g in run.grad_views}
+            lease.gradients_of(ctx.leaves)
+        finally:
+            lease.close()
+    grads: list[Any] = [None]
+    for k, a in enumerate(ctx.run.needs):
+        g = split.grads.get(piece.inputs[k]) if a else None
+        value = out.get(g) if g in out else feeds.get(g) if g else None
+        grads.append(value if value is None or isinstance(value, torch.Tensor)
+                     else as_torch(value))
+    return tuple(grads)
 
 
 def _saved_tensor_hooks() -> bool:
