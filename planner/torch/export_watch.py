@@ -137,28 +137,40 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
                 for fn in fns if hasattr(module, fn)]
     for module, fn, original in replaced:
         setattr(module, fn, _noting(watch, f"{module.__name__}.{fn}", original))
+    mode = torch.autograd.grad_mode.inference_mode
+    enter, leave = mode.__enter__, mode.__exit__
+    mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
+    try:
+        with _gradients_noted(watch):
+            yield watch
+    finally:
+        active.clear()
+        mode.__enter__, mode.__exit__ = enter, leave
+        for module, fn, original in replaced:
+            setattr(module, fn, original)
+        function.apply = real
+        for h in hooks:
+            h.remove()
+
+
+@contextlib.contextmanager
+def _gradients_noted(watch: Watch) -> Iterator[None]:
+    """torch.autograd.grad / backward and Tensor.register_hook noted in `watch` while the
+    trace runs (what the trainer's step cannot do inside a module or its loss)."""
+    import torch
+
     autograd = torch.autograd
     differentiators = {fn: getattr(autograd, fn) for fn in ("grad", "backward")}
     for fn, original in differentiators.items():
         setattr(autograd, fn, _gradient_taken(watch, fn, original))
     register_hook = torch.Tensor.register_hook
     torch.Tensor.register_hook = _hook_noted(watch, register_hook)
-    mode = torch.autograd.grad_mode.inference_mode
-    enter, leave = mode.__enter__, mode.__exit__
-    mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
     try:
-        yield watch
+        yield
     finally:
-        active.clear()
-        mode.__enter__, mode.__exit__ = enter, leave
         for fn, original in differentiators.items():
             setattr(autograd, fn, original)
         torch.Tensor.register_hook = register_hook
-        for module, fn, original in replaced:
-            setattr(module, fn, original)
-        function.apply = real
-        for h in hooks:
-            h.remove()
 
 
 def _noting(watch: Watch, name: str, original: Any) -> Any:

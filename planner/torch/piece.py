@@ -389,6 +389,18 @@ def _forward(ctx: Any, run: _Training, args: tuple) -> Any:
     return (*outs, *mutations)
 
 
+def _refuse_create_graph(run: _Training) -> None:
+    """create_graph=True (autograd runs a backward with gradients on only then): the
+    executor's gradients have no autograd graph of their own, so they would come back silently
+    non-differentiable (a WGAN-GP penalty that trains nothing). Refused in one line."""
+    raise DoubleBackward(
+        f"graph {run.name}: torch.autograd.grad(..., create_graph=True) (or "
+        f"backward(create_graph=True)) through a graph planned by "
+        f"torch.compile(backend=\"planner\"): the planner's backward is not "
+        f"differentiable again; compute that gradient with the module uncompiled "
+        f"(the compiled module's _orig_mod) or compiled by another backend")
+
+
 def _backward(ctx: Any, grad_outs: tuple) -> Any:
     """Step.backward: the backward executor's run on what the forward saved and the incoming
     gradients, a gradient (or None) per input of Step.forward."""
@@ -396,15 +408,7 @@ def _backward(ctx: Any, grad_outs: tuple) -> Any:
 
     run: _Training = ctx.run
     if torch.is_grad_enabled():
-        # create_graph=True (autograd runs a backward with gradients on only then): the
-        # executor's gradients have no autograd graph of their own, so they would come back
-        # silently non-differentiable (a WGAN-GP penalty that trains nothing).
-        raise DoubleBackward(
-            f"graph {run.name}: torch.autograd.grad(..., create_graph=True) (or "
-            f"backward(create_graph=True)) through a graph planned by "
-            f"torch.compile(backend=\"planner\"): the planner's backward is not "
-            f"differentiable again; compute that gradient with the module uncompiled "
-            f"(the compiled module's _orig_mod) or compiled by another backend")
+        _refuse_create_graph(run)
     piece, split = run.piece, run.split
     # (unpacked first: a second backward of a freed graph raises here, as eager does,
     # before the arena's arrays, no longer this call's, are read)

@@ -392,15 +392,20 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported, graph = first.imported, first.graph
     state = module.state_dict()
     aliases, start = _not_held(state, graph)
-    traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
-    run = Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=shape_cache,
-                 within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced))
+    run = _shapes(recipe, first, shape_cache)
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
                 torch_optimizer, ranks=recipe.ranks)
     for declared in shapes:
         run.add(t._arrays(_declared(declared, examples), "shapes"))
     return t
+
+
+def _shapes(recipe: Recipe, first: Built, limit: int) -> Shapes:
+    """The run's shapes from `first`: others planned as `first` was, or run in its range."""
+    traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
+    return Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=limit,
+                  within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced))
 
 
 def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None, target: str,
