@@ -78,6 +78,7 @@ def test_many_batch_sizes_plan_a_few_ranges_keep_a_bounded_set_and_are_told_once
     executors._RANGES.clear()
     piece._LARGEST.clear()
     piece._DISTINCT.clear()
+    piece._KEPT.clear()
     net = compiled(model, lanes=False, kept_calls=4)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")

@@ -65,7 +65,9 @@ def plan_curve(plan: Plan) -> np.ndarray:
 def device_memory(plan: Plan) -> str:
     """What a plan's arena is, for a chart's title: a GPU's device memory, or the host memory
     a CPU plan's arena takes."""
-    return "host memory (arena)" if plan.backend == "cpu" else "device memory"
+    from planner.target.backends import BACKEND_TRAITS
+
+    return "host memory (arena)" if BACKEND_TRAITS[plan.backend].host_cores else "device memory"
 
 
 def memory_curves(plan: Plan, replayed: dict[str, np.ndarray] | None = None

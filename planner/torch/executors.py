@@ -41,7 +41,8 @@ _EXECUTORS: dict[str, Any] = {}
 _RANGES: dict[str, list[_Range]] = {}
 # Lease pools of forward plans by content (_content_key): their executors' arenas hold a call's
 # saved activations until its backward (ExecutorPool), so they are never _EXECUTORS' shared ones.
-_POOLS: dict[str, ExecutorPool] = {}
+# (Weak: a pool lives while a planned call holds it; kept_calls lets calls go, piece.py.)
+_POOLS: weakref.WeakValueDictionary[str, ExecutorPool] = weakref.WeakValueDictionary()
 # The way every lanes="measured" plan of the process runs (planner/torch/lane_choice.py).
 STEP_WAY = StepWay()
 # Every planned call, so that its executors are dropped before the interpreter's teardown
@@ -159,9 +160,10 @@ def _pool(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     plans and builds, cached by content apart from _executor's: a pooled executor is run only
     by the call that leased it."""
     key = _content_key(graph, consts, options)
-    if key not in _POOLS:
-        _POOLS[key] = ExecutorPool(_maker(graph, consts, options, examples))
-    return _POOLS[key]
+    pool = _POOLS.get(key)
+    if pool is None:
+        pool = _POOLS[key] = ExecutorPool(_maker(graph, consts, options, examples))
+    return pool
 
 
 def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
@@ -189,7 +191,7 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
 
         shapes = ", ".join(str(list(s)) for s in _inputs(prepared))
         print(f"planner: graph {graph.name!r} for inputs {shapes}: planning (measuring only "
-              f"what this host has not), then building", file=sys.stderr, flush=True)
+              f"what this host has not)", file=sys.stderr, flush=True)
         folder = options.folder()
         by_name = {t.name: t for t in prepared.tensors}
         table = _cost_table(options.costs, prepared, target, folder,

@@ -69,7 +69,7 @@ class PlannerFallback(UserWarning):
 # Every planned call signature of every piece, least recently called first: beyond the options'
 # kept_calls, the oldest's executors are let go (a later call of it makes them again, from
 # the build kept by its plan's digest or its range's: no planning, no build).
-_KEPT: OrderedDict[tuple[int, tuple], Piece] = OrderedDict()
+_KEPT: OrderedDict[tuple[int, tuple], weakref.ref] = OrderedDict()
 
 
 class DoubleBackward(RuntimeError):
@@ -100,11 +100,12 @@ class Piece:
         if key not in self.runs:
             self.runs[key] = self._planned(args, needs if any(needs) else None)
         run = self.runs[key]
-        _KEPT[(id(self), key)] = self
+        _KEPT[(id(self), key)] = weakref.ref(self)  # (a piece Dynamo lets go is not kept)
         _KEPT.move_to_end((id(self), key))
         while len(_KEPT) > self.options.kept_calls:  # the least recently used call's executors
-            (_, old), owner = _KEPT.popitem(last=False)
-            dropped = owner.runs.pop(old, None)  # freed once its calls in flight are
+            (_, old), ref = _KEPT.popitem(last=False)
+            owner = ref()
+            dropped = owner.runs.pop(old, None) if owner is not None else None
             forget(*(getattr(dropped, f, None) for f in ("ex", "forward", "backward")))
         if run is None:
             return self.gm(*args)
