@@ -178,6 +178,8 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     within = _in_range(prepared, options)
     if within is not None:  # a smaller shape of a graph planned before: its build, no plan
         package, step, concrete = within
+        # the measured way is kept per build and shapes (a range's build runs several)
+        name = f"dynamo_range_{id(package):x}_{_inputs(prepared)}"
     else:
         folder = options.folder()
         by_name = {t.name: t for t in prepared.tensors}

@@ -34,6 +34,7 @@ from planner.importers.torch.rules_pointwise import as_dtype, bool_product, cast
 from planner.importers.torch.rules_products import scaled_sum
 from planner.importers.torch.rules_views import padded_by_index
 from planner.importers.torch.strided import VIEW_LIMIT, logical_index, view_ops
+from planner.ops.norm import stat_dtype
 
 
 def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
@@ -776,17 +777,28 @@ def group_norm(n: NodeCtx) -> Value:
 
 @rule("aten._native_batch_norm_legit.no_stats")
 def batch_norm_no_stats(n: NodeCtx) -> Value:
-    """Batch statistics without running ones: nn.InstanceNorm decomposes to this over
+    """Batch statistics without running ones. nn.InstanceNorm decomposes to this over
     (1, N * C, ...) (its affine weight repeated N times), which is GroupNorm with a group per
-    channel, as there is one sample."""
+    channel, as there is one sample. nn.BatchNorm(track_running_stats=False) gives it over
+    (N, C, ...): BatchNorm in training mode, whose running statistics (fed constants, their
+    updates dropped) nothing reads."""
     x = n.tensor(0)
     shape = n.shape(x)
-    if len(shape) < 3 or shape[0] != 1 or not n.arg(3, "training", True):
-        raise Unsupported(f"{n.op} (batch statistics over more than one sample)")
+    if not n.arg(3, "training", True):
+        raise Unsupported(f"{n.op} (training=False without running statistics)")
+    if len(shape) < 2:
+        raise Unsupported(f"{n.op} (a {len(shape)}-D input: no channel axis)")
     w = _affine(n, n.arg(1, "weight"), shape[1:2], 1.0, x)
     b = _affine(n, n.arg(2, "bias"), shape[1:2], 0.0, x)
-    attrs = {"groups": shape[1], "epsilon": float(n.arg(5, "eps"))}
-    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    eps = float(n.arg(5, "eps"))
+    if len(shape) >= 3 and shape[0] == 1:
+        y = n.emit("GroupNorm", [x, w, b], {"groups": shape[1], "epsilon": eps}, n_out=3)[0]
+        return (y, UNAVAILABLE, UNAVAILABLE)
+    stat = stat_dtype(n.dtype(x))
+    mean = filled(n, shape[1:2], 0.0, stat, f"{n.label}/running_mean")
+    var = filled(n, shape[1:2], 1.0, stat, f"{n.label}/running_var")
+    attrs = {"epsilon": eps, "momentum": float(n.arg(4, "momentum")), "training": True}
+    y = n.emit("BatchNorm", [x, w, b, mean, var], attrs, n_out=5)[0]
     return (y, UNAVAILABLE, UNAVAILABLE)
 
 
