@@ -195,9 +195,12 @@ def index(n: NodeCtx) -> Value:
     if not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of a computed {n.dtype(x)} tensor)")
     axis, ids = picked[0]
+    if len(picked) > 1 and not all(isinstance(v, Const) for _, v in picked):
+        ids = _merged_index(n, picked, shape)
+        x = _reshape_to(n, x, (*shape[:axis], math.prod(shape[k] for k in axes),
+                               *shape[axis + len(axes):]))
+        return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": False})
     if len(picked) > 1 or isinstance(ids, Const):
-        if not all(isinstance(v, Const) for _, v in picked):
-            raise Unsupported(f"{n.op} (computed indices on {len(picked)} axes)")
         ids = n.const(_flat_index(n, [(k, v.value()) for k, v in picked], shape), "int64")
         merged = math.prod(shape[k] for k in axes)
         shape = (*shape[:axis], merged, *shape[axis + len(axes):])
@@ -209,6 +212,32 @@ def index(n: NodeCtx) -> Value:
     if n.dtype(ids) != "int64":
         raise Unsupported(f"{n.op} (computed {n.dtype(ids)} indices)")
     return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": True})
+
+
+def _merged_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> str:
+    """Indices on adjacent axes, some computed (CLIP's `x[torch.arange(B), text.argmax(-1)]`),
+    as one int64 index into those axes merged, computed in the graph: each broadcast, taken
+    from the end where negative, times its axis' stride. An index outside its own axis makes
+    the merged one -1 (IndexGather refuses it at run time, as torch does) rather than a valid
+    position of another row."""
+    merged = math.prod(shape[k] for k, _ in picked)
+    flat: str | Const | None = None
+    bad: str | None = None
+    stride = merged
+    for k, v in picked:
+        d = shape[k]
+        stride //= d
+        if n.dtype(v) != "int64":
+            v = cast(n, v, "int64")
+        out = n.emit1("Or", [n.emit1("Less", [v, n.const(-d, "int64")]),
+                             n.emit1("GreaterOrEqual", [v, n.const(d, "int64")])])
+        bad = out if bad is None else n.emit1("Or", [bad, out])
+        v = n.emit1("Where", [n.emit1("Less", [v, n.const(0, "int64")]),
+                              n.emit1("Add", [v, n.const(d, "int64")]), v])
+        if stride != 1:
+            v = n.emit1("Mul", [v, n.const(stride, "int64")])
+        flat = v if flat is None else n.emit1("Add", [flat, v])
+    return n.emit1("Where", [bad, n.const(-1, "int64"), flat])
 
 
 def _flat_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> object:
