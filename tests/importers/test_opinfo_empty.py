@@ -33,7 +33,7 @@ SAMPLES = 3  # empty samples checked per OpInfo, at most
 NAMED = ("cumprod", "masked.cumprod", "nn.functional.avg_pool1d", "nn.functional.avg_pool2d",
          "nn.functional.max_pool1d", "nn.functional.max_pool3d", "nn.functional.conv2d",
          "nn.functional.group_norm", "nn.functional.adaptive_max_pool2d", "cumsum",
-         "logcumsumexp", "masked.cumsum")
+         "logcumsumexp", "masked.cumsum", "native_group_norm", "nonzero_static")
 EXPECTED = load_expectations()
 FAST = sorted(set(NAMED) | set(fast_subset(EXPECTED)))
 
