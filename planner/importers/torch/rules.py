@@ -642,6 +642,31 @@ def upsample(n: NodeCtx) -> Value:
         "nearest_mode": "floor"})
 
 
+# torch's enums of grid_sampler_2d: GridSamplerInterpolation and GridSamplerPadding
+GRID_MODES = {0: "bilinear", 1: "nearest"}
+GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@rule("aten.grid_sampler_2d.default")
+def grid_sampler_2d(n: NodeCtx) -> Value:
+    """F.grid_sample of an (N, C, H, W) image: the planner's GridSample (planner/ops/
+    grid_sample.py), modes as attrs; bicubic is refused. (F.affine_grid decomposes into
+    arithmetic on a constant base grid, which imports as it is.)"""
+    x, grid = n.tensor(0), n.tensor(1)
+    mode, padding = int(n.arg(2, "interpolation_mode")), int(n.arg(3, "padding_mode"))
+    if mode not in GRID_MODES:
+        raise Unsupported(f"{n.op} (bicubic interpolation)" if mode == 2 else
+                          f"{n.op} (interpolation mode {mode})")
+    if padding not in GRID_PADDINGS:
+        raise n.fail(f"padding mode {padding} is none of torch's (0 zeros, 1 border, "
+                     f"2 reflection)")
+    if n.dtype(x) != n.dtype(grid):
+        grid = cast(n, grid, n.dtype(x))
+    return n.emit1("GridSample", [x, grid], {"mode": GRID_MODES[mode],
+                                            "padding_mode": GRID_PADDINGS[padding],
+                                            "align_corners": bool(n.arg(4, "align_corners"))})
+
+
 # ---- scans (the reductions are rules_reduce.py's) ---------------------------------------------
 
 @rule("aten.cumsum.default", "aten.cumprod.default")
