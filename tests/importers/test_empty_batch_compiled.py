@@ -36,7 +36,8 @@ def _eager(m, x):
 def test_empty_batch_forward_and_backward_match_eager(batches):
     torch.manual_seed(0)
     m = Pools()
-    compiled = torch.compile(m, backend="planner", dynamic=False)
+    compiled = torch.compile(m, backend="planner", dynamic=False,
+                             options={"fallback": False})
     for n in batches:
         x = torch.randn(n, 3, 8)
         want, grads = _eager(m, x)

@@ -102,7 +102,7 @@ def test_cpu_executor_matches_torch_forward_and_backward():
     (o32, g32), (o64, g64) = (_eager(module, cotangents, d) for d in (torch.float32,
                                                                      torch.float64))
     mine = copy.deepcopy(module)
-    outs = torch.compile(mine, backend="planner")()
+    outs = torch.compile(mine, backend="planner", options={"fallback": False})()
     torch.autograd.backward(outs, cotangents)
     for k, combo in enumerate(COMBOS):
         assert not compare(f"{combo}", outs[k].detach().numpy(), o32[k], o64[k])
