@@ -211,6 +211,13 @@ OP_CASES: dict[str, list[tuple]] = {
                ([F(1, 2, 3, 4)], {"sizes": [2, 5], "coordinate_mode": "asymmetric"}, None,
                 None)],
     "GroupNorm": [([F(2, 4, 3), F(4), F(4)], {"groups": 2}, [0], None)],
+    # grid points standard normal: a third outside [-1, 1] (zeros, clamped, reflected)
+    "GridSample": [([F(2, 2, 3, 4), F(2, 3, 2, 2)], {}, None, None),
+                   ([F(1, 2, 4, 3), F(1, 2, 3, 2)], {"padding_mode": "border",
+                                                     "align_corners": True}, None, None),
+                   ([F(1, 2, 4, 3), F(1, 3, 2, 2)], {"padding_mode": "reflection"}, None,
+                    None),
+                   ([F(1, 2, 4, 3), F(1, 3, 2, 2)], {"mode": "nearest"}, None, [0])],
     "LSTMCell": [([F(2, 12), F(2, 3)], {}, [0, 1], None),
                  ([F(2, 12), F(2, 3), F(2, 12)], {"order": "iofg"}, [0], None)],
     "DepthToSpace": [([F(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, None, None)],
