@@ -241,10 +241,13 @@ def conv_out_type(op: str, x: TensorType, w: TensorType, attrs: Attrs) -> Tensor
 
 def _shape_attr(op: str, attrs: Attrs, key: str) -> tuple[int, ...]:
     shape = tuple(attrs[key])
-    # an empty batch is a shape like any other (PyTorch's "optional 0-dim batch size")
-    if len(shape) != 4 or shape[0] < 0 or any(d < 1 for d in shape[1:]):
-        raise OpError(f"{op}: attribute {key!r} must be 4 integers, the batch >= 0 and the "
-                      f"others >= 1, got {list(shape)}")
+    if key == "input_shape":
+        # an empty batch is a shape like any other (PyTorch's "optional 0-dim batch size")
+        if len(shape) != 4 or shape[0] < 0 or any(d < 1 for d in shape[1:]):
+            raise OpError(f"{op}: attribute {key!r} must be 4 integers, the batch >= 0 and "
+                          f"the others >= 1, got {list(shape)}")
+    elif len(shape) != 4 or any(d < 1 for d in shape):
+        raise OpError(f"{op}: attribute {key!r} must be 4 positive integers, got {list(shape)}")
     return shape
 
 
