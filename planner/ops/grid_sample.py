@@ -173,8 +173,11 @@ def _grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     g = np.moveaxis(dy, 1, 3)  # (N, OH, OW, C)
     dx = np.zeros((x.shape[0], *x.shape[2:], x.shape[1]), x.dtype)  # (N, H, W, C)
     batch = np.broadcast_to(np.arange(x.shape[0]).reshape(-1, 1, 1), grid.shape[:3])
-    for r, c, inside, wt in taps:
-        np.add.at(dx, (batch[inside], r[inside], c[inside]), (wt[..., None] * g)[inside])
+    # point by point, each point's taps in order (the kernel's order of additions)
+    r, c, inside, wt = (np.stack(v, axis=-1) for v in zip(*taps, strict=True))
+    share = wt[..., None] * g[..., None, :]  # (N, OH, OW, taps, C)
+    batch = np.broadcast_to(batch[..., None], inside.shape)
+    np.add.at(dx, (batch[inside], r[inside], c[inside]), share[inside])
     dgrid = np.zeros_like(grid)
     if a["mode"] == "bilinear":
         nw, ne, sw, se = (_values(x, r, c, inside) for r, c, inside, _ in taps)

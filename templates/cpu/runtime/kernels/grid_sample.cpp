@@ -3,8 +3,8 @@
 // align_corners. Each grid point's position, taps and weights are computed in float from the
 // grid as the reference computes them, then applied to every channel. The forward runs over
 // the points; the gradient scatters dy per (n, c) plane, each plane by one thread walking the
-// points in order (no races, the same bits on any thread count), and sums dgrid per point over
-// the channels in order.
+// points in order, each point's taps in order (the reference's order; no races, the same bits
+// on any thread count), and sums dgrid per point over the channels in order.
 #include <omp.h>
 
 #include <cmath>
@@ -124,11 +124,11 @@ class GridSample : public Kernel {
       float* dxp = dx + pl * plane;
       const float* g = dy + pl * points;
       std::fill(dxp, dxp + plane, 0.f);
-      for (int t = 0; t < (nearest_ ? 1 : 4); ++t)  // tap by tap, as the reference's add.at
-        for (int64_t k = 0; k < points; ++k) {
-          const Point p = point(grid + 2 * (nn * points + k));
+      for (int64_t k = 0; k < points; ++k) {  // point by point, its taps in order
+        const Point p = point(grid + 2 * (nn * points + k));
+        for (int t = 0; t < p.taps; ++t)
           if (p.in[t]) dxp[p.off[t]] += p.w[t] * g[k];
-        }
+      }
     }
 #pragma omp parallel for
     for (int64_t q = 0; q < batch_ * points; ++q) {  // dgrid: one point per iteration
