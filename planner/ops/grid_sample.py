@@ -215,8 +215,13 @@ register(OpDef(
         "or reflection padding, align_corners (F.grid_sample).",
 ))
 
+# GridSampleGrad's CPU kernel keeps every point's taps (4 offsets, weights and flags, the
+# fractions and slopes: 72 bytes) for its passes over the channels
+POINT_BYTES = 72
+
 register(OpDef(
     name="GridSampleGrad", arity=3, attrs=_ATTRS, cost_class="data-movement",
+    scratch=lambda ins, outs, a, threads: POINT_BYTES * (ins[2].size // 2),
     infer=_grad_infer, flops=_flops(6), reference=_grad_reference,
     doc="[dy, x, grid] -> dx (dy scattered onto the pixels read), dgrid (the mix's slope times "
         "the position's).",

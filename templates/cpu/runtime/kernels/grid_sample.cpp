@@ -68,6 +68,7 @@ struct Point {
   int taps;
   float fx, fy, sx, sy;
 };
+static_assert(sizeof(Point) == 72, "planner/ops/grid_sample.py's POINT_BYTES prices this");
 
 class GridSample : public Kernel {
  public:
@@ -94,6 +95,10 @@ class GridSample : public Kernel {
     w_ = Axis{xs[3], align, p};
   }
 
+  size_t scratch_bytes() const override {
+    return grad_ ? sizeof(Point) * static_cast<size_t>(batch_ * oh_ * ow_) : 0;
+  }
+
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     const float* grid = r.at<float>(grid_);
@@ -118,14 +123,17 @@ class GridSample : public Kernel {
     const float* dy = r.at<float>(dy_);
     float* dx = r.at<float>(out_);
     float* dgrid = r.at<float>(dgrid_);
+    Point* at = reinterpret_cast<Point*>(r.scratch);  // every point's taps, computed once
+#pragma omp parallel for
+    for (int64_t q = 0; q < batch_ * points; ++q) at[q] = point(grid + 2 * q);
 #pragma omp parallel for
     for (int64_t pl = 0; pl < batch_ * c; ++pl) {  // dx: one (n, c) plane per thread
-      const int64_t nn = pl / c;
+      const Point* pts = at + (pl / c) * points;
       float* dxp = dx + pl * plane;
       const float* g = dy + pl * points;
       std::fill(dxp, dxp + plane, 0.f);
       for (int64_t k = 0; k < points; ++k) {  // point by point, its taps in order
-        const Point p = point(grid + 2 * (nn * points + k));
+        const Point& p = pts[k];
         for (int t = 0; t < p.taps; ++t)
           if (p.in[t]) dxp[p.off[t]] += p.w[t] * g[k];
       }
@@ -138,7 +146,7 @@ class GridSample : public Kernel {
         continue;
       }
       const int64_t nn = q / points, k = q % points;
-      const Point p = point(grid + 2 * q);
+      const Point& p = at[q];
       const float* xn = x + nn * c * plane;
       const float* g = dy + nn * c * points + k;
       float gx = 0.f, gy = 0.f;
