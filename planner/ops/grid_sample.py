@@ -1,11 +1,13 @@
-"""GridSample: an NCHW image read at the points of a sampling grid (torch's F.grid_sample, 2-D;
-spatial transformer networks, optical-flow warping), and its gradient GridSampleGrad. One op
-for the family: interpolation and padding are attrs.
+"""GridSample: an NCHW (or NCDHW) image read at the points of a sampling grid (torch's
+F.grid_sample, 2-D and 3-D; spatial transformer networks, optical-flow warping), and its
+gradient GridSampleGrad. One op for the family: interpolation and padding are attrs.
 
     GridSample [x (N, C, H, W), grid (N, OH, OW, 2)] -> y (N, C, OH, OW)
+               [x (N, C, D, H, W), grid (N, OD, OH, OW, 3)] -> y (N, C, OD, OH, OW)
     GridSampleGrad [dy, x, grid] -> dx (x's shape), dgrid (grid's shape)
 
-grid[n, i, j] = (gx, gy) in [-1, 1] spans the image's width and height: the source position
+grid[n, i, j] = (gx, gy) in [-1, 1] spans the image's width and height (gz its depth in 3-D,
+as torch orders them): the source position
 along an axis of `size` elements is (g + 1) * (size - 1) / 2 with align_corners (the -1 and 1
 are the corner pixels' centres), else (g + 1) * size / 2 - 0.5 (they are the image's outer
 edges), computed in the grid's dtype as PyTorch's CPU kernel does. `padding_mode` says what a
@@ -16,7 +18,8 @@ position outside the image reads:
     reflection  the position reflected at the borders (at the corners' centres with
                 align_corners, else at the outer edges) until inside, then clamped
 
-`mode` "bilinear" mixes the four pixels around the position by its fractional parts; "nearest"
+`mode` "bilinear" mixes the four pixels around the position (eight in 3-D: torch's trilinear)
+by its fractional parts; "nearest"
 reads the pixel at the position rounded half to even (std::nearbyint, PyTorch's).
 
 Gradients: dx scatters each dy onto the pixels it was read from with the same weights; dgrid
@@ -39,6 +42,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,7 +58,6 @@ from planner.ops.base import (
     TensorType,
     register,
     require_float,
-    require_rank,
 )
 
 if TYPE_CHECKING:
@@ -71,17 +76,19 @@ def _check(op: str, x: TensorType, grid: TensorType, a: Attrs) -> tuple[int, ...
     if a["padding_mode"] not in PADDINGS:
         raise OpError(f"{op}: padding_mode {a['padding_mode']!r} is not one of "
                       f"{list(PADDINGS)}")
-    require_rank(op, x, 4, "input x (N,C,H,W)")
-    require_rank(op, grid, 4, "grid (N,OH,OW,2)")
+    if x.rank not in (4, 5):
+        raise OpError(f"{op}: input x must be (N,C,H,W) or (N,C,D,H,W), got {list(x.shape)}")
+    k = x.rank - 2
     require_float(op, x, "input x")
     if grid.dtype != x.dtype:
         raise OpError(f"{op}: grid is {grid.dtype} but x is {x.dtype}")
-    if grid.shape[3] != 2 or grid.shape[0] != x.shape[0]:
-        raise OpError(f"{op}: grid {list(grid.shape)} must be (N, OH, OW, 2) with x's batch "
+    if grid.rank != x.rank or grid.shape[-1] != k or grid.shape[0] != x.shape[0]:
+        want = "(N, OH, OW, 2)" if k == 2 else "(N, OD, OH, OW, 3)"
+        raise OpError(f"{op}: grid {list(grid.shape)} must be {want} with x's batch "
                       f"N = {x.shape[0]}")
     if min(x.shape[2:]) < 1:
         raise OpError(f"{op}: input x {list(x.shape)} has an empty image")
-    return (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2])
+    return (x.shape[0], x.shape[1], *grid.shape[1:-1])
 
 
 def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
@@ -132,60 +139,76 @@ def _index(v: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(far, 0, size - 1), inside
 
 
-def _taps(x_shape: tuple[int, ...], grid: np.ndarray, a: Attrs) -> tuple[list, tuple]:
-    """Per tap (row, column, inside, weight) over the (N, OH, OW) points, and the positions'
-    fractional parts and slopes (bilinear's dgrid)."""
-    h, w = x_shape[2:]
-    px, sx = source(grid[..., 0], w, a)
-    py, sy = source(grid[..., 1], h, a)
+def _taps(x_shape: tuple[int, ...], grid: np.ndarray, a: Attrs) -> tuple[list, list, list]:
+    """Per tap (its pixel's coordinates in x's spatial order, inside, weight) over the grid's
+    points; the positions' fractional parts and slopes per spatial axis (bilinear's dgrid).
+    Taps go corner by corner with the first spatial axis the slowest (torch's nw, ne, sw, se;
+    tnw ... bse in 3-D); the grid's last axis holds x, y(, z): the spatial axes reversed."""
+    sizes = x_shape[2:]
+    k = len(sizes)
+    pos, slopes = zip(*(source(grid[..., k - 1 - ax], sizes[ax], a) for ax in range(k)),
+                      strict=True)
     if a["mode"] == "nearest":
-        (r, ri), (c, ci) = _index(np.rint(py), h), _index(np.rint(px), w)
-        return [(r, c, ri & ci, np.ones_like(px))], (px, py, sx, sy)
-    x0, y0 = np.floor(px), np.floor(py)
-    fx, fy = px - x0, py - y0
-    one = px.dtype.type(1)
+        at = [_index(np.rint(p), n) for p, n in zip(pos, sizes, strict=True)]
+        inside = np.logical_and.reduce([i for _, i in at])
+        return [(tuple(c for c, _ in at), inside, np.ones_like(pos[0]))], [], list(slopes)
+    low = [np.floor(p) for p in pos]
+    frac = [p - f for p, f in zip(pos, low, strict=True)]
+    one = pos[0].dtype.type(1)
     taps = []
-    for dy_, wy in ((0, one - fy), (1, fy)):
-        for dx_, wx in ((0, one - fx), (1, fx)):
-            (r, ri), (c, ci) = _index(y0 + dy_, h), _index(x0 + dx_, w)
-            taps.append((r, c, ri & ci, wy * wx))
-    return taps, (fx, fy, sx, sy)
+    for bits in itertools.product((0, 1), repeat=k):
+        at = [_index(f + b, n) for f, b, n in zip(low, bits, sizes, strict=True)]
+        weight = functools.reduce(operator.mul, (fr if b else one - fr
+                                                 for fr, b in zip(frac, bits, strict=True)))
+        taps.append((tuple(c for c, _ in at), np.logical_and.reduce([i for _, i in at]),
+                     weight))
+    return taps, frac, list(slopes)
 
 
-def _values(x: np.ndarray, r: np.ndarray, c: np.ndarray, inside: np.ndarray) -> np.ndarray:
-    """x at the taps, (N, OH, OW, C), 0 outside."""
-    batch = np.arange(x.shape[0]).reshape(-1, 1, 1)
-    return np.where(inside[..., None], x[batch, :, r, c], x.dtype.type(0))
+def _values(x: np.ndarray, coords: tuple[np.ndarray, ...], inside: np.ndarray) -> np.ndarray:
+    """x at the taps, (N, *grid points, C), 0 outside."""
+    batch = np.arange(x.shape[0]).reshape(-1, *[1] * (x.ndim - 2))
+    return np.where(inside[..., None], x[(batch, slice(None), *coords)], x.dtype.type(0))
 
 
 def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     x, grid = (np.asarray(v) for v in xs)
-    taps, _ = _taps(x.shape, grid, a)
-    y = np.zeros((*grid.shape[:3], x.shape[1]), x.dtype)
-    for r, c, inside, wt in taps:
-        y += wt[..., None] * _values(x, r, c, inside)
-    return [np.ascontiguousarray(np.moveaxis(y, 3, 1))]
+    taps, _, _ = _taps(x.shape, grid, a)
+    y = np.zeros((*grid.shape[:-1], x.shape[1]), x.dtype)
+    for coords, inside, wt in taps:
+        y += wt[..., None] * _values(x, coords, inside)
+    return [np.ascontiguousarray(np.moveaxis(y, -1, 1))]
 
 
 def _grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     dy, x, grid = (np.asarray(v) for v in xs)
-    taps, (fx, fy, sx, sy) = _taps(x.shape, grid, a)
-    g = np.moveaxis(dy, 1, 3)  # (N, OH, OW, C)
-    dx = np.zeros((x.shape[0], *x.shape[2:], x.shape[1]), x.dtype)  # (N, H, W, C)
-    batch = np.broadcast_to(np.arange(x.shape[0]).reshape(-1, 1, 1), grid.shape[:3])
+    k = x.ndim - 2
+    taps, frac, slopes = _taps(x.shape, grid, a)
+    g = np.moveaxis(dy, 1, -1)  # (N, *points, C)
+    dx = np.zeros((x.shape[0], *x.shape[2:], x.shape[1]), x.dtype)  # (N, *spatial, C)
+    batch = np.broadcast_to(np.arange(x.shape[0]).reshape(-1, *[1] * k), grid.shape[:-1])
     # point by point, each point's taps in order (the kernel's order of additions)
-    r, c, inside, wt = (np.stack(v, axis=-1) for v in zip(*taps, strict=True))
-    share = wt[..., None] * g[..., None, :]  # (N, OH, OW, taps, C)
+    coords = [np.stack([c[ax] for c, _, _ in taps], axis=-1) for ax in range(k)]
+    inside = np.stack([i for _, i, _ in taps], axis=-1)
+    wt = np.stack([w for _, _, w in taps], axis=-1)
+    share = wt[..., None] * g[..., None, :]  # (N, *points, taps, C)
     batch = np.broadcast_to(batch[..., None], inside.shape)
-    np.add.at(dx, (batch[inside], r[inside], c[inside]), share[inside])
+    np.add.at(dx, (batch[inside], *(c[inside] for c in coords)), share[inside])
     dgrid = np.zeros_like(grid)
     if a["mode"] == "bilinear":
-        nw, ne, sw, se = (_values(x, r, c, inside) for r, c, inside, _ in taps)
-        one = fx.dtype.type(1)
-        gx = (g * ((ne - nw) * (one - fy)[..., None] + (se - sw) * fy[..., None])).sum(-1)
-        gy = (g * ((sw - nw) * (one - fx)[..., None] + (se - ne) * fx[..., None])).sum(-1)
-        dgrid = np.stack([gx * sx, gy * sy], axis=-1).astype(grid.dtype)
-    return [np.ascontiguousarray(np.moveaxis(dx, 3, 1)), dgrid]
+        values = [_values(x, c, i) for c, i, _ in taps]
+        one = grid.dtype.type(1)
+        for ax in range(k):
+            # d weight / d position along ax: the other axes' weights, signed by this bit
+            slope = np.zeros_like(g)
+            for bits, v in zip(itertools.product((0, 1), repeat=k), values, strict=True):
+                others = functools.reduce(operator.mul, (
+                    fr if b else one - fr for b2, (fr, b) in enumerate(zip(frac, bits,
+                                                                            strict=True))
+                    if b2 != ax), np.ones_like(frac[0]))
+                slope = slope + v * (others if bits[ax] else -others)[..., None]
+            dgrid[..., k - 1 - ax] = (g * slope).sum(-1) * slopes[ax]
+    return [np.ascontiguousarray(np.moveaxis(dx, -1, 1)), dgrid]
 
 
 def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
@@ -200,10 +223,11 @@ def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str |
 
 def _flops(per_tap: int):
     def flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
-        taps = 4 if a["mode"] == "bilinear" else 1
         x, grid = ins[-2:]
-        points = grid.size // 2
-        return points * (12 + taps * per_tap * x.shape[1])
+        k = grid.shape[-1]
+        taps = 2 ** k if a["mode"] == "bilinear" else 1
+        points = grid.size // k
+        return points * (6 * k + taps * per_tap * x.shape[1])
 
     return flops
 
@@ -211,17 +235,18 @@ def _flops(per_tap: int):
 register(OpDef(
     name="GridSample", arity=2, attrs=_ATTRS, cost_class="data-movement",
     infer=_infer, flops=_flops(2), reference=_reference, gradient=_gradient,
-    doc="x (N,C,H,W) read at grid (N,OH,OW,2) in [-1, 1]: bilinear or nearest, zeros, border "
-        "or reflection padding, align_corners (F.grid_sample).",
+    doc="x (N,C,H,W) read at grid (N,OH,OW,2) in [-1, 1] (3-D: (N,C,D,H,W), (N,OD,OH,OW,3)): "
+        "bilinear or nearest, zeros, border or reflection padding, align_corners "
+        "(F.grid_sample).",
 ))
 
-# GridSampleGrad's CPU kernel keeps every point's taps (4 offsets, weights and flags, the
-# fractions and slopes: 72 bytes) for its passes over the channels
-POINT_BYTES = 72
+# GridSampleGrad's CPU kernel keeps every point's taps (up to 8 offsets, weights and flags, the
+# fractions and slopes per axis: 136 bytes) for its passes over the channels
+POINT_BYTES = 136
 
 register(OpDef(
     name="GridSampleGrad", arity=3, attrs=_ATTRS, cost_class="data-movement",
-    scratch=lambda ins, outs, a, threads: POINT_BYTES * (ins[2].size // 2),
+    scratch=lambda ins, outs, a, threads: POINT_BYTES * (ins[2].size // ins[2].shape[-1]),
     infer=_grad_infer, flops=_flops(6), reference=_grad_reference,
     doc="[dy, x, grid] -> dx (dy scattered onto the pixels read), dgrid (the mix's slope times "
         "the position's).",

@@ -12,9 +12,9 @@ pytest.importorskip("expecttest")
 
 from tests.helpers.opinfo_executor import check_on_cpu  # noqa: E402
 
-NAMES = ("nn.functional.grid_sample", "grid_sampler_2d", "argmax", "argmin", "cumprod",
-         "masked.cumprod", "nn.functional.avg_pool1d", "nn.functional.batch_norm",
-         "nn.functional.instance_norm", "__getitem__")
+NAMES = ("nn.functional.grid_sample", "grid_sampler_2d", "grid_sampler_3d", "argmax",
+         "argmin", "cumprod", "masked.cumprod", "nn.functional.avg_pool1d",
+         "nn.functional.batch_norm", "nn.functional.instance_norm", "__getitem__")
 
 
 @pytest.mark.slow  # half a minute of compiling one merged graph

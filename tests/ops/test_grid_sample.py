@@ -1,8 +1,9 @@
 """GridSample and GridSampleGrad (planner/ops/grid_sample.py; F.grid_sample and F.affine_grid)
-against PyTorch: every mode, padding and align_corners on random images and grids whose points
-fall inside and outside the image, forward and backward (to the image and to the grid) on the
-reference interpreter and on the CPU executor (torch.compile(backend="planner")); and a small
-spatial-transformer network trained through planner.torch.trainer against eager PyTorch.
+against PyTorch: every mode, padding and align_corners, 2-D and 3-D, on random images and grids
+whose points fall inside and outside the image, forward and backward (to the image and to the
+grid) on the reference interpreter and on the CPU executor (torch.compile(backend="planner"));
+and a small spatial-transformer network trained through planner.torch.trainer against eager
+PyTorch.
 
 Tolerance: opinfo_cases.compare / torch_step.mismatches, 10x PyTorch's own float32 error
 against float64 plus 16 ulps of the tensor's scale."""
@@ -35,9 +36,18 @@ def _inputs(seed: int, n=2, c=3, h=5, w=6, oh=4, ow=7):
     return x, grid
 
 
+def _inputs3d(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 2, 3, 4, 5, generator=g)
+    grid = (torch.rand(2, 2, 3, 4, 3, generator=g) * 2 - 1) * 1.6
+    grid[0, 0, 0, :2] = torch.tensor([[3.7, -2.9, 0.4], [-0.2, 0.3, 5.3]])
+    return x, grid
+
+
+@pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("mode,padding,align", COMBOS)
-def test_reference_matches_torch_forward_and_backward(mode, padding, align):
-    x, grid = _inputs(1)
+def test_reference_matches_torch_forward_and_backward(mode, padding, align, dims):
+    x, grid = _inputs(1) if dims == 2 else _inputs3d(1)
     got = check_call(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding,
                                                 align_corners=align), x, grid)
     assert got == ("pass", ""), got
@@ -74,7 +84,8 @@ def test_shape_rule_refuses_in_one_line():
 
 
 class Samplers(torch.nn.Module):
-    """The image and the grid as parameters, sampled every way at once: one build."""
+    """The image and the grid as parameters, sampled every way at once: one build (2-D or 3-D
+    by the image's rank)."""
 
     def __init__(self, x, grid) -> None:
         super().__init__()
@@ -94,11 +105,13 @@ def _eager(module, cotangents, dtype):
             {k: p.grad.numpy() for k, p in m.named_parameters()})
 
 
-def test_cpu_executor_matches_torch_forward_and_backward():
-    x, grid = _inputs(4)
+@pytest.mark.parametrize("dims", [2, 3])
+def test_cpu_executor_matches_torch_forward_and_backward(dims):
+    x, grid = _inputs(4) if dims == 2 else _inputs3d(4)
     module = Samplers(x, grid)
     g = torch.Generator().manual_seed(5)
-    cotangents = [torch.randn(2, 3, 4, 7, generator=g) for _ in COMBOS]
+    shape = (*x.shape[:2], *grid.shape[1:-1])
+    cotangents = [torch.randn(*shape, generator=g) for _ in COMBOS]
     (o32, g32), (o64, g64) = (_eager(module, cotangents, d) for d in (torch.float32,
                                                                      torch.float64))
     mine = copy.deepcopy(module)

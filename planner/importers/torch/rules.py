@@ -647,11 +647,11 @@ GRID_MODES = {0: "bilinear", 1: "nearest"}
 GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
 
 
-@rule("aten.grid_sampler_2d.default")
-def grid_sampler_2d(n: NodeCtx) -> Value:
-    """F.grid_sample of an (N, C, H, W) image: the planner's GridSample (planner/ops/
-    grid_sample.py), modes as attrs; bicubic is refused. (F.affine_grid decomposes into
-    arithmetic on a constant base grid, which imports as it is.)"""
+@rule("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
+def grid_sampler(n: NodeCtx) -> Value:
+    """F.grid_sample of an (N, C, H, W) or (N, C, D, H, W) image: the planner's GridSample
+    (planner/ops/grid_sample.py), modes as attrs; bicubic is refused. (F.affine_grid
+    decomposes into arithmetic on a constant base grid, which imports as it is.)"""
     x, grid = n.tensor(0), n.tensor(1)
     mode, padding = int(n.arg(2, "interpolation_mode")), int(n.arg(3, "padding_mode"))
     if mode not in GRID_MODES:

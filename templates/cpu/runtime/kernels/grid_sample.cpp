@@ -1,10 +1,11 @@
-// GridSample [x (N,C,H,W), grid (N,OH,OW,2)] -> y and GridSampleGrad [dy, x, grid] -> dx, dgrid
-// (planner/ops/grid_sample.py): bilinear or nearest, zeros / border / reflection padding,
-// align_corners. Each grid point's position, taps and weights are computed in float from the
-// grid as the reference computes them, then applied to every channel. The forward runs over
-// the points; the gradient scatters dy per (n, c) plane, each plane by one thread walking the
-// points in order, each point's taps in order (the reference's order; no races, the same bits
-// on any thread count), and sums dgrid per point over the channels in order.
+// GridSample [x (N,C,*S), grid (N,*O,k)] -> y (N,C,*O) and GridSampleGrad [dy, x, grid] -> dx,
+// dgrid (planner/ops/grid_sample.py), k = 2 (S = H, W) or 3 (S = D, H, W): bilinear (trilinear)
+// or nearest, zeros / border / reflection padding, align_corners. Each grid point's positions,
+// taps and weights are computed in float from the grid as the reference computes them, then
+// applied to every channel. The forward runs over the points; the gradient first computes every
+// point's taps into its scratch, then scatters dy per (n, c) plane, each plane by one thread
+// walking the points in order, each point's taps in order (the reference's order; no races,
+// the same bits on any thread count), and sums dgrid per point over the channels in order.
 #include <omp.h>
 
 #include <cmath>
@@ -59,16 +60,17 @@ struct Axis {
   }
 };
 
-// One grid point: up to 4 taps (offset into a plane, weight, inside), fractional parts and
-// slopes for dgrid.
+// One grid point: up to 8 taps (offset into a plane, weight, inside) in the reference's order
+// (the first spatial axis the slowest), and per spatial axis the fractional part and the
+// position's slope, for dgrid.
 struct Point {
-  int64_t off[4];
-  float w[4];
-  bool in[4];
+  int64_t off[8];
+  float w[8];
+  bool in[8];
   int taps;
-  float fx, fy, sx, sy;
+  float f[3], s[3];
 };
-static_assert(sizeof(Point) == 72, "planner/ops/grid_sample.py's POINT_BYTES prices this");
+static_assert(sizeof(Point) == 136, "planner/ops/grid_sample.py's POINT_BYTES prices this");
 
 class GridSample : public Kernel {
  public:
@@ -81,36 +83,43 @@ class GridSample : public Kernel {
     dgrid_ = grad_ ? n.out[1].id : -1;
     const Shape& xs = n.in[base].shape;
     const Shape& gs = n.in[base + 1].shape;
-    batch_ = xs[0], channels_ = xs[1], oh_ = gs[1], ow_ = gs[2];
+    k_ = static_cast<int>(xs.size()) - 2;
+    if (k_ != 2 && k_ != 3) throw std::runtime_error("GridSample: a 2-D or 3-D image");
+    batch_ = xs[0], channels_ = xs[1];
+    points_ = 1;
+    for (int a = 1; a <= k_; ++a) points_ *= gs[a];
     const std::string pad = n.attrs.s("padding_mode");
-    const Pad p = pad == "zeros" ? Pad::Zeros : pad == "border" ? Pad::Border : Pad::Reflection;
     if (pad != "zeros" && pad != "border" && pad != "reflection")
       throw std::runtime_error("GridSample: padding_mode " + pad);
+    const Pad p = pad == "zeros" ? Pad::Zeros : pad == "border" ? Pad::Border : Pad::Reflection;
     const std::string mode = n.attrs.s("mode");
     if (mode != "bilinear" && mode != "nearest")
       throw std::runtime_error("GridSample: mode " + mode);
     nearest_ = mode == "nearest";
     const bool align = n.attrs.b("align_corners");
-    h_ = Axis{xs[2], align, p};
-    w_ = Axis{xs[3], align, p};
+    plane_ = 1;
+    for (int a = 0; a < k_; ++a) {
+      axes_[a] = Axis{xs[2 + a], align, p};
+      plane_ *= xs[2 + a];
+    }
   }
 
   size_t scratch_bytes() const override {
-    return grad_ ? sizeof(Point) * static_cast<size_t>(batch_ * oh_ * ow_) : 0;
+    return grad_ ? sizeof(Point) * static_cast<size_t>(batch_ * points_) : 0;
   }
 
   void run(const Run& r) override {
     const float* x = r.at<float>(x_);
     const float* grid = r.at<float>(grid_);
-    const int64_t points = oh_ * ow_, plane = h_.size * w_.size, c = channels_;
+    const int64_t points = points_, plane = plane_, c = channels_, k = k_;
     if (!grad_) {
       float* y = r.at<float>(out_);
 #pragma omp parallel for
       for (int64_t q = 0; q < batch_ * points; ++q) {
-        const int64_t nn = q / points, k = q % points;
-        const Point p = point(grid + 2 * q);
+        const int64_t nn = q / points, j = q % points;
+        const Point p = point(grid + k * q);
         const float* xn = x + nn * c * plane;
-        float* yn = y + nn * c * points + k;
+        float* yn = y + nn * c * points + j;
         for (int64_t ch = 0; ch < c; ++ch) {
           const float* xp = xn + ch * plane;
           float v = 0.f;
@@ -125,77 +134,104 @@ class GridSample : public Kernel {
     float* dgrid = r.at<float>(dgrid_);
     Point* at = reinterpret_cast<Point*>(r.scratch);  // every point's taps, computed once
 #pragma omp parallel for
-    for (int64_t q = 0; q < batch_ * points; ++q) at[q] = point(grid + 2 * q);
+    for (int64_t q = 0; q < batch_ * points; ++q) at[q] = point(grid + k * q);
 #pragma omp parallel for
     for (int64_t pl = 0; pl < batch_ * c; ++pl) {  // dx: one (n, c) plane per thread
       const Point* pts = at + (pl / c) * points;
       float* dxp = dx + pl * plane;
       const float* g = dy + pl * points;
       std::fill(dxp, dxp + plane, 0.f);
-      for (int64_t k = 0; k < points; ++k) {  // point by point, its taps in order
-        const Point& p = pts[k];
+      for (int64_t j = 0; j < points; ++j) {  // point by point, its taps in order
+        const Point& p = pts[j];
         for (int t = 0; t < p.taps; ++t)
-          if (p.in[t]) dxp[p.off[t]] += p.w[t] * g[k];
+          if (p.in[t]) dxp[p.off[t]] += p.w[t] * g[j];
       }
     }
 #pragma omp parallel for
     for (int64_t q = 0; q < batch_ * points; ++q) {  // dgrid: one point per iteration
-      float* out = dgrid + 2 * q;
+      float* out = dgrid + k * q;
       if (nearest_) {
-        out[0] = out[1] = 0.f;
+        for (int64_t a = 0; a < k; ++a) out[a] = 0.f;
         continue;
       }
-      const int64_t nn = q / points, k = q % points;
+      const int64_t nn = q / points, j = q % points;
       const Point& p = at[q];
       const float* xn = x + nn * c * plane;
-      const float* g = dy + nn * c * points + k;
-      float gx = 0.f, gy = 0.f;
+      const float* g = dy + nn * c * points + j;
+      // per axis and tap, d weight / d position: the other axes' weights, signed by the bit
+      float dw[3][8];
+      for (int64_t a = 0; a < k; ++a)
+        for (int t = 0; t < p.taps; ++t) {
+          float others = 1.f;
+          for (int64_t b = 0; b < k; ++b)
+            if (b != a) others *= bit(t, b) ? p.f[b] : 1.f - p.f[b];
+          dw[a][t] = bit(t, a) ? others : -others;
+        }
+      float sum[3] = {0.f, 0.f, 0.f};
       for (int64_t ch = 0; ch < c; ++ch) {
         const float* xp = xn + ch * plane;
-        float v[4];
-        for (int t = 0; t < 4; ++t) v[t] = p.in[t] ? xp[p.off[t]] : 0.f;
         const float d = g[ch * points];
-        gx += d * ((v[1] - v[0]) * (1.f - p.fy) + (v[3] - v[2]) * p.fy);
-        gy += d * ((v[2] - v[0]) * (1.f - p.fx) + (v[3] - v[1]) * p.fx);
+        for (int64_t a = 0; a < k; ++a) {
+          float slope = 0.f;
+          for (int t = 0; t < p.taps; ++t) slope += (p.in[t] ? xp[p.off[t]] : 0.f) * dw[a][t];
+          sum[a] += d * slope;
+        }
       }
-      out[0] = gx * p.sx;
-      out[1] = gy * p.sy;
+      for (int64_t a = 0; a < k; ++a) out[k - 1 - a] = sum[a] * p.s[a];
     }
   }
 
  private:
+  // Tap t's corner along spatial axis a (the first axis the slowest bit).
+  bool bit(int t, int64_t a) const { return (t >> (k_ - 1 - a)) & 1; }
+
   Point point(const float* g) const {
     Point p{};
-    const float px = w_.at(g[0], &p.sx), py = h_.at(g[1], &p.sy);
+    float pos[3];
+    for (int a = 0; a < k_; ++a) pos[a] = axes_[a].at(g[k_ - 1 - a], &p.s[a]);
     if (nearest_) {
-      bool ri, ci;
-      const int64_t row = h_.index(std::nearbyint(py), &ri), col = w_.index(std::nearbyint(px), &ci);
       p.taps = 1;
-      p.off[0] = row * w_.size + col;
       p.w[0] = 1.f;
-      p.in[0] = ri && ci;
+      p.in[0] = true;
+      int64_t off = 0;
+      for (int a = 0; a < k_; ++a) {
+        bool in;
+        off = off * axes_[a].size + axes_[a].index(std::nearbyint(pos[a]), &in);
+        p.in[0] = p.in[0] && in;
+      }
+      p.off[0] = off;
       return p;
     }
-    const float x0 = std::floor(px), y0 = std::floor(py);
-    p.fx = px - x0, p.fy = py - y0;
-    p.taps = 4;
-    const float wy[2] = {1.f - p.fy, p.fy}, wx[2] = {1.f - p.fx, p.fx};
-    for (int a = 0; a < 2; ++a)
-      for (int b = 0; b < 2; ++b) {
-        bool ri, ci;
-        const int64_t row = h_.index(y0 + a, &ri), col = w_.index(x0 + b, &ci);
-        const int t = 2 * a + b;  // nw, ne, sw, se
-        p.off[t] = row * w_.size + col;
-        p.w[t] = wy[a] * wx[b];
-        p.in[t] = ri && ci;
+    float low[3];
+    for (int a = 0; a < k_; ++a) {
+      low[a] = std::floor(pos[a]);
+      p.f[a] = pos[a] - low[a];
+    }
+    p.taps = 1 << k_;
+    for (int t = 0; t < p.taps; ++t) {
+      int64_t off = 0;
+      bool inside = true;
+      float w = 0.f;
+      for (int a = 0; a < k_; ++a) {
+        bool in;
+        const bool b = bit(t, a);
+        off = off * axes_[a].size + axes_[a].index(low[a] + (b ? 1.f : 0.f), &in);
+        inside = inside && in;
+        const float wa = b ? p.f[a] : 1.f - p.f[a];
+        w = a == 0 ? wa : w * wa;
       }
+      p.off[t] = off;
+      p.w[t] = w;
+      p.in[t] = inside;
+    }
     return p;
   }
 
   bool grad_, nearest_ = false;
   int dy_, x_, grid_, out_, dgrid_;
-  int64_t batch_ = 0, channels_ = 0, oh_ = 0, ow_ = 0;
-  Axis h_{1, false, Pad::Zeros}, w_{1, false, Pad::Zeros};
+  int k_ = 2;
+  int64_t batch_ = 0, channels_ = 0, points_ = 0, plane_ = 1;
+  Axis axes_[3] = {{1, false, Pad::Zeros}, {1, false, Pad::Zeros}, {1, false, Pad::Zeros}};
 };
 
 KernelPtr grid_sample(const Node& n) { return std::make_unique<GridSample>(n); }
