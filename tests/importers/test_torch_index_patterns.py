@@ -145,3 +145,54 @@ def test_compiled_forward_and_gradients_match_eager(name):
     ours = Step(float(value.detach()), {k: p.grad.numpy() for k, p in m.named_parameters()})
     f32 = Step(float(F.cross_entropy(model(x), y).detach()), grads[torch.float32])
     assert not mismatches(ours, f32, Step(f32.loss, grads[torch.float64]))
+
+
+class PickAt(torch.nn.Module):
+    def forward(self, x, ids):
+        return x[torch.arange(x.shape[0]), ids.argmax(-1)] + ids.argmin(-1, keepdim=True)
+
+
+def _imported(ids):
+    from planner.importers.torch.convert import convert
+
+    x = torch.randn(3, 5, 2)
+    imported = convert(torch.export.export(PickAt(), (x, ids)), name="pick")
+    return imported, {imported.inputs[0]: x.numpy(), imported.inputs[1]: ids.numpy()}, x
+
+
+def test_integer_argmax_is_exact_past_float32s_integers():
+    """Ids 2^40 and 2^40 + 1 are one float32: the integer argmax tells them apart, and gives
+    the first of equal ones, as torch."""
+    from planner.graph.interpret import run
+
+    big = 2 ** 40
+    ids = torch.tensor([[3, big + 1, big + 1, 0, big], [big, 1, 2, 3, big + 1],
+                        [7, 7, 7, 7, 7]])
+    imported, feeds, x = _imported(ids)
+    got = run(imported.graph, feeds, imported.params())[imported.graph.outputs[0]]
+    np.testing.assert_array_equal(got, PickAt()(x, ids).numpy())
+
+
+def test_an_index_past_its_axis_is_refused_at_run_time_not_read_elsewhere():
+    """x[rows, cols] with computed cols: in range, torch's values; one past its axis (which
+    torch refuses) must not read the next row's element as a merged index would: it becomes
+    -1, which IndexGather refuses."""
+    from planner.graph.interpret import run
+    from planner.importers.torch.convert import convert
+    from planner.ops.base import OpError
+
+    class Shifted(torch.nn.Module):
+        def forward(self, x, ids):
+            return x[torch.arange(x.shape[0]), ids.argmax(-1) + 3]
+
+    x = torch.randn(3, 5)
+    ids = torch.tensor([[0, 9], [9, 0], [0, 9]])  # columns 4, 3, 4 of 5
+    imported = convert(torch.export.export(Shifted(), (x, ids)), name="shifted")
+    feeds = {imported.inputs[0]: x.numpy(), imported.inputs[1]: ids.numpy()}
+    got = run(imported.graph, feeds, imported.params())[imported.graph.outputs[0]]
+    np.testing.assert_array_equal(got, Shifted()(x, ids).numpy())
+    narrow = x[:, :4].contiguous()  # 4 columns: column 4 of row 0 would be row 1's first
+    imported = convert(torch.export.export(Shifted(), (narrow, ids)), name="narrow")
+    with pytest.raises(OpError, match="out of range"):
+        run(imported.graph, {imported.inputs[0]: narrow.numpy(),
+                             imported.inputs[1]: ids.numpy()}, imported.params())

@@ -183,7 +183,8 @@ def index(n: NodeCtx) -> Value:
     """x[..., ids, ...] with integer ids: computed ones an IndexGather (negative ids from the
     end); constant ones (a relative-position-bias table indexed by a buffer) a gather whose
     gradient is a scatter-add (planner/importers/gather.py), and on several adjacent axes
-    (`table[rows, cols]`) an index of those axes merged into one."""
+    (`table[rows, cols]`) an index of those axes merged into one: computed in the graph where
+    some are computed (CLIP's `x[torch.arange(B), text.argmax(-1)]`, _merged_index)."""
     x = n.tensor(0)
     shape = n.shape(x)
     picked = [(k, v) for k, v in enumerate(n.arg(1, "indices")) if v is not None]
