@@ -87,16 +87,16 @@ def test_random_ops_are_not_folded():
     assert [n.op for n in graph.nodes] == ["RandomUniform", "Add"]
 
 
-def test_batch_statistics_without_running_ones_over_a_batch_are_a_batch_norm():
-    """aten._native_batch_norm_legit.no_stats over (N, C, L), N > 1: the planner's BatchNorm
-    in training mode, whose running statistics nothing reads (issue 86)."""
+def test_batch_statistics_without_running_ones_over_a_batch_are_a_group_norm():
+    """aten._native_batch_norm_legit.no_stats over (N, C, L), N > 1: a GroupNorm of the batch
+    as one sample, channels first (issue 86)."""
     class BatchStats(torch.nn.Module):
         def forward(self, x):
             return F.batch_norm(x, None, None, training=True)
 
     x = torch.randn(2, 3, 4)
     imported = convert(export(BatchStats(), (x,), None, None))
-    assert "BatchNorm" in {n.op for n in imported.graph.nodes}
+    assert "GroupNorm" in {n.op for n in imported.graph.nodes}
     out = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())
     np.testing.assert_allclose(out[imported.graph.outputs[0]], BatchStats()(x).numpy(),
                                rtol=1e-5, atol=1e-5)

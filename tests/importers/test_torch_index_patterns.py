@@ -196,3 +196,23 @@ def test_an_index_past_its_axis_is_refused_at_run_time_not_read_elsewhere():
     with pytest.raises(OpError, match="out of range"):
         run(imported.graph, {imported.inputs[0]: narrow.numpy(),
                              imported.inputs[1]: ids.numpy()}, imported.params())
+
+
+def test_evaluation_without_running_statistics_normalises_by_the_batch(tmp_path):
+    """BatchNorm2d(track_running_stats=False) in eval() still normalises by the batch: the
+    trainer's evaluate (its inference-mode graph) must not switch to running statistics."""
+    model, batches = _case("batch_stats")
+    x, y = batches[0]
+    t = trainer(copy.deepcopy(model), (x,), loss=F.cross_entropy, labels=y, optimizer="sgd",
+                lr=LR, out_dir=tmp_path)
+    t.step(x, y)
+    trained = copy.deepcopy(model)
+    opt = torch.optim.SGD(trained.parameters(), lr=LR)
+    F.cross_entropy(trained(x), y).backward()
+    opt.step()
+    x2 = 3.0 * batches[1][0] + 1.0  # other statistics than the step's batch
+    value, outs = t.evaluate(x2, y)
+    with torch.no_grad():
+        want = trained.eval()(x2)
+    np.testing.assert_allclose(outs[0], want.numpy(), rtol=1e-4, atol=1e-5)
+    assert abs(value - float(F.cross_entropy(want, y))) < 1e-4 * abs(value) + 1e-6

@@ -34,7 +34,6 @@ from planner.importers.torch.rules_pointwise import as_dtype, bool_product, cast
 from planner.importers.torch.rules_products import scaled_sum
 from planner.importers.torch.rules_views import padded_by_index
 from planner.importers.torch.strided import VIEW_LIMIT, logical_index, view_ops
-from planner.ops.norm import stat_dtype
 
 
 def _reshape_to(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> Value:
@@ -835,8 +834,9 @@ def batch_norm_no_stats(n: NodeCtx) -> Value:
     """Batch statistics without running ones. nn.InstanceNorm decomposes to this over
     (1, N * C, ...) (its affine weight repeated N times), which is GroupNorm with a group per
     channel, as there is one sample. nn.BatchNorm(track_running_stats=False) gives it over
-    (N, C, ...): BatchNorm in training mode, whose running statistics (fed constants, their
-    updates dropped) nothing reads."""
+    (N, C, ...): the same GroupNorm of the batch seen as one sample, (1, C, N * ...) with the
+    channels first. Not the planner's BatchNorm: an evaluation graph turns that to its running
+    statistics, which this module has none of (it normalises by the batch in eval() too)."""
     x = n.tensor(0)
     shape = n.shape(x)
     if not n.arg(3, "training", True):
@@ -845,15 +845,16 @@ def batch_norm_no_stats(n: NodeCtx) -> Value:
         raise Unsupported(f"{n.op} (a {len(shape)}-D input: no channel axis)")
     w = _affine(n, n.arg(1, "weight"), shape[1:2], 1.0, x)
     b = _affine(n, n.arg(2, "bias"), shape[1:2], 0.0, x)
-    eps = float(n.arg(5, "eps"))
-    if len(shape) >= 3 and shape[0] == 1:
-        y = n.emit("GroupNorm", [x, w, b], {"groups": shape[1], "epsilon": eps}, n_out=3)[0]
-        return (y, UNAVAILABLE, UNAVAILABLE)
-    stat = stat_dtype(n.dtype(x))
-    mean = filled(n, shape[1:2], 0.0, stat, f"{n.label}/running_mean")
-    var = filled(n, shape[1:2], 1.0, stat, f"{n.label}/running_var")
-    attrs = {"epsilon": eps, "momentum": float(n.arg(4, "momentum")), "training": True}
-    y = n.emit("BatchNorm", [x, w, b, mean, var], attrs, n_out=5)[0]
+    attrs = {"groups": shape[1], "epsilon": float(n.arg(5, "eps"))}
+    one = len(shape) >= 3 and shape[0] == 1
+    if not one:  # (N, C, ...) -> (C, N, ...) -> (1, C, N * ...)
+        perm = [1, 0, *range(2, len(shape))]
+        x = n.emit1("Transpose", [x], {"perm": perm})
+        x = _reshape_to(n, x, (1, shape[1], math.prod(shape) // shape[1]))
+    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    if not one:
+        y = _reshape_to(n, y, (shape[1], shape[0], *shape[2:]))
+        y = n.emit1("Transpose", [y], {"perm": perm})
     return (y, UNAVAILABLE, UNAVAILABLE)
 
 
