@@ -21,8 +21,8 @@ OPINFO_EXPECTATIONS = (Path(__file__).resolve().parents[2] / "tests" / "importer
 # Known gaps, each refused with a one-line error naming the node (and for ATen its module
 # path): the rules' own refusals, worded for a user.
 LEFT = (
-    "ATen `index.Tensor` with indices on non-adjacent axes, computed indices on more than "
-    "one axis, or a boolean mask; `index_put`, `scatter`, `gather`",
+    "ATen `index.Tensor` with indices on non-adjacent axes, or a boolean mask; `index_put`, "
+    "`scatter`, `gather`",
     "ATen `as_strided` views that overlap, broadcast (stride 0) or run backwards: only a "
     "Reshape/Slice/Transpose chain of its input is expressible",
     "`F.cross_entropy` with class weights, label smoothing, probabilities as targets, a "

@@ -41,6 +41,7 @@ from planner.ops import (  # noqa: F401, E402
     embedding,
     embedding_bag,
     gelu,
+    grid_sample,
     group_norm,
     index,
     integer,

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -240,7 +241,12 @@ def conv_out_type(op: str, x: TensorType, w: TensorType, attrs: Attrs) -> Tensor
 
 def _shape_attr(op: str, attrs: Attrs, key: str) -> tuple[int, ...]:
     shape = tuple(attrs[key])
-    if len(shape) != 4 or any(d < 1 for d in shape):
+    if key == "input_shape":
+        # an empty batch is a shape like any other (PyTorch's "optional 0-dim batch size")
+        if len(shape) != 4 or shape[0] < 0 or any(d < 1 for d in shape[1:]):
+            raise OpError(f"{op}: attribute {key!r} must be 4 integers, the batch >= 0 and "
+                          f"the others >= 1, got {list(shape)}")
+    elif len(shape) != 4 or any(d < 1 for d in shape):
         raise OpError(f"{op}: attribute {key!r} must be 4 positive integers, got {list(shape)}")
     return shape
 
@@ -259,7 +265,8 @@ def _im2col(x: np.ndarray, win: Window, groups: int, out_hw: tuple[int, int]) ->
     n, c = x.shape[:2]
     v = windows(pad_nchw(x, win), win, out_hw)
     v = v.reshape(n, groups, c // groups, *out_hw, *win.kernel)
-    return v.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * out_hw[0] * out_hw[1], -1)
+    return v.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * out_hw[0] * out_hw[1],
+                                                      c // groups * math.prod(win.kernel))
 
 
 def _dy_matrix(dy: np.ndarray, groups: int) -> np.ndarray:

@@ -57,6 +57,8 @@ def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     lines = np.moveaxis(x, axis, 0)
     values = np.empty_like(lines)
     indices = np.zeros(lines.shape, dtype=np.int64)
+    if lines.shape[0] == 0:  # an empty axis: nothing held, nothing to scan
+        return [x.copy(), np.zeros(x.shape, dtype=np.int64)]
     held, at = lines[0].copy(), np.zeros(lines.shape[1:], dtype=np.int64)
     for k in range(lines.shape[0]):
         v = lines[k]

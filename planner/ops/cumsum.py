@@ -70,6 +70,8 @@ def _scan(op: str, running, identity: float):
         if x.ndim == 0:
             return [np.full_like(x, identity) if a["exclusive"] else x.copy()]
         axis = norm_axis(op, a["axis"], x.ndim)
+        if x.size == 0:  # no element to scan (and no first one to shift in exclusive mode)
+            return [x.copy()]
         if a["reverse"]:
             x = np.flip(x, axis)
         y = running(x, axis=axis, dtype=x.dtype)
@@ -89,6 +91,8 @@ def _cumprod_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     if x.ndim == 0:
         return [np.zeros_like(x) if a["exclusive"] else dy.copy()]
     axis = norm_axis("CumProdGrad", a["axis"], x.ndim)
+    if x.size == 0:
+        return [np.zeros_like(x)]
     if a["reverse"]:
         dy, x = np.flip(dy, axis), np.flip(x, axis)
     dy, x = np.moveaxis(dy, axis, 0), np.moveaxis(x, axis, 0)

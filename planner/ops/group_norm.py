@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -75,7 +76,7 @@ def _infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _grouped(x: np.ndarray, groups: int) -> np.ndarray:
-    return x.reshape(x.shape[0], groups, -1)
+    return x.reshape(x.shape[0], groups, math.prod(x.shape[1:]) // groups)
 
 
 def _per_channel(v: np.ndarray, x: np.ndarray) -> np.ndarray:

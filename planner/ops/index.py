@@ -345,6 +345,8 @@ def _prod_grad(x: np.ndarray, pos: np.ndarray, src: np.ndarray, dy: np.ndarray,
     flat, dyf = src.reshape(-1), dy.reshape(-1)
     dx = dy.reshape(-1).copy()
     dsrc = np.zeros_like(flat)
+    if pos.size == 0:  # no src element scattered: dx is dy, as the loop below would leave it
+        return [dx.reshape(x.shape), dsrc.reshape(src.shape)]
     order = np.argsort(pos, kind="stable")
     places, starts = np.unique(pos[order], return_index=True)
     for p, group in zip(places, np.split(order, starts[1:]), strict=True):

@@ -97,9 +97,10 @@ def _pool_type(op: str, x: TensorType, a: Attrs) -> TensorType:
 
 def _input_shape(op: str, a: Attrs) -> tuple[int, ...]:
     shape = tuple(a["input_shape"])
-    if len(shape) != 4 or min(shape) < 1:
-        raise OpError(f"{op}: attribute 'input_shape' must be 4 positive integers, got "
-                      f"{list(shape)}")
+    # an empty batch is a shape like any other (PyTorch's "optional 0-dim batch size")
+    if len(shape) != 4 or shape[0] < 0 or min(shape[1:]) < 1:
+        raise OpError(f"{op}: attribute 'input_shape' must be 4 integers, the batch >= 0 and "
+                      f"the others >= 1, got {list(shape)}")
     return shape
 
 
@@ -130,7 +131,7 @@ def maxpool_grad_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     """The gradient goes to the first maximum of each window in row-major tap order."""
     dy, x = xs
     p = pooling("MaxPoolGrad", x.shape, a)
-    taps = _max_windows(x, p).reshape(*dy.shape, -1)
+    taps = _max_windows(x, p).reshape(*dy.shape, int(np.prod(p.win.kernel)))
     cols = np.zeros(taps.shape, dtype=dy.dtype)
     np.put_along_axis(cols, taps.argmax(axis=-1)[..., None], dy[..., None], axis=-1)
     dxp = scatter_windows(cols.reshape(*dy.shape, *p.win.kernel), p.win, p.padded_hw)

@@ -165,7 +165,7 @@ def _max_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     idx = np.empty(y.shape, np.int64)
     strides = [math.prod(x.shape[k + 1:]) for k in range(2, x.ndim)]  # in the flat index
     for pos, ws in _cells(windows):
-        vals = x[(..., *_slices(ws))].reshape(*x.shape[:2], -1)
+        vals = x[(..., *_slices(ws))].reshape(*x.shape[:2], math.prod(w.count for w in ws))
         nan = np.isnan(vals)
         last_nan = vals.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
         t = np.where(nan.any(axis=-1), last_nan, np.argmax(vals, axis=-1))
@@ -222,7 +222,7 @@ def _gather_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     plane = math.prod(x.shape[2:])
     _check_indices("PoolGather", idx, plane)
     flat = x.reshape(*x.shape[:2], plane)
-    return [np.take_along_axis(flat, idx.reshape(*idx.shape[:2], -1), axis=-1)
+    return [np.take_along_axis(flat, idx.reshape(*idx.shape[:2], math.prod(idx.shape[2:])), axis=-1)
             .reshape(idx.shape)]
 
 

@@ -211,6 +211,15 @@ OP_CASES: dict[str, list[tuple]] = {
                ([F(1, 2, 3, 4)], {"sizes": [2, 5], "coordinate_mode": "asymmetric"}, None,
                 None)],
     "GroupNorm": [([F(2, 4, 3), F(4), F(4)], {"groups": 2}, [0], None)],
+    # grid points standard normal: a third outside [-1, 1] (zeros, clamped, reflected)
+    "GridSample": [([F(2, 2, 3, 4), F(2, 3, 2, 2)], {}, None, None),
+                   ([F(1, 2, 4, 3), F(1, 2, 3, 2)], {"padding_mode": "border",
+                                                     "align_corners": True}, None, None),
+                   ([F(1, 2, 4, 3), F(1, 3, 2, 2)], {"padding_mode": "reflection"}, None,
+                    None),
+                   ([F(1, 2, 4, 3), F(1, 3, 2, 2)], {"mode": "nearest"}, None, [0]),
+                   ([F(1, 2, 3, 4, 3), F(1, 2, 2, 2, 3)], {"padding_mode": "reflection",
+                                                           "align_corners": True}, None, None)],
     "LSTMCell": [([F(2, 12), F(2, 3)], {}, [0, 1], None),
                  ([F(2, 12), F(2, 3), F(2, 12)], {"order": "iofg"}, [0], None)],
     "DepthToSpace": [([F(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, None, None)],
@@ -651,3 +660,66 @@ def test_dropout_reads_a_step_counter_that_the_update_increments():
     assert np.mean((first == 0) != (second == 0)) > 0.2
     # no Dropout, no counter
     assert "rng/step" not in make_training_graph(build("lenet", batch=2, image=12), SGD).tensor_map
+
+
+# ---- empty tensors: every op's gradient over a batch of 0 (issue 86) ---------------------------
+
+def _emptied(specs: list[tuple], which: str) -> list[tuple] | None:
+    """The case's specs with a batch emptied: every input whose first extent is that of the
+    first float input (which="float") or of the first integer ids (which="ids", a batch of
+    lookups) set to 0; None where there is no such extent."""
+    first = next((s for s in specs if (s[0] == "ids") == (which == "ids") and len(s[1]) >= 1),
+                 None)
+    if first is None or first[1][0] == 0:
+        return None
+    n = first[1][0]
+    return [(s[0], (0, *s[1][1:]), *s[2:]) if len(s[1]) >= 1 and s[1][0] == n else s
+            for s in specs]
+
+
+@pytest.mark.parametrize("op,case,which", [
+    (op, k, which) for op, cases in sorted(OP_CASES.items()) for k in range(len(cases))
+    for which in ("float", "ids") if _emptied(cases[k][0], which) is not None])
+def test_op_gradient_over_an_empty_batch(op, case, which):
+    """The case with a batch emptied: the op is refused in one line (its shape rule, or an
+    index now out of an emptied range), or its forward and gradient run on the reference to
+    results of the inferred shapes and gradients of the inputs' shapes; and where every
+    output is empty, sum_k <y_k, dy_k> is identically 0, so every gradient is exactly zero
+    (PyTorch's empty gradients). Anything else raised (an IndexError of a reference) fails."""
+    from planner.graph.builder import GraphBuildError
+    from planner.ops.base import OpError
+
+    if op not in REGISTRY:
+        pytest.skip(f"op {op} is not registered")
+    specs, attrs, of, wrt = OP_CASES[op][case]
+    emptied = _emptied(specs, which)
+    rng = np.random.default_rng(0)
+    values = [_value(s, rng) for s in emptied]
+    b = GraphBuilder(op.lower())
+    names = [b.input(f"x{k}", v.shape, str(v.dtype)) for k, v in enumerate(values)]
+    try:
+        outs = b.op_n(op, names, attrs)
+        forward = b.build(outputs=outs)
+        of = list(range(len(outs))) if of is None else of
+        if wrt is None:
+            wrt = [k for k, v in enumerate(values)
+                   if v.dtype.kind == "f" and k not in get_op(op).nondiff_inputs]
+        graph, grads = gradients(forward, wrt=[names[k] for k in wrt],
+                                 of=[outs[k] for k in of])
+        dys = {f"grad/{outs[k]}": rng.standard_normal(forward.tensor(outs[k]).shape)
+               for k in of}
+        with np.errstate(all="ignore"):
+            got = run(graph, {**dict(zip(names, values, strict=True)), **dys}, {})
+    except (OpError, GraphBuildError) as e:  # refused: one line
+        assert "\n" not in str(e)
+        return
+    for y in outs:
+        assert got[y].shape == forward.tensor(y).shape, y
+    empty = all(forward.tensor(outs[k]).size == 0 for k in of)
+    for k in wrt:
+        grad = grads[names[k]]
+        if grad is None:
+            continue
+        assert got[grad].shape == values[k].shape, (k, got[grad].shape)
+        if empty:
+            assert not np.any(got[grad]), f"input {k}: a gradient of an empty output"

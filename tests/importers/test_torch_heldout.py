@@ -17,7 +17,6 @@ from torch.nn import functional as F  # noqa: E402
 from planner.graph import run  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.base import get_op  # noqa: E402
-from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.training import export  # noqa: E402
 from tests.importers.torch_heldout import MODELS  # noqa: E402
 from tests.importers.torch_training_check import STEPS, trains_like_pytorch  # noqa: E402
@@ -88,14 +87,19 @@ def test_random_ops_are_not_folded():
     assert [n.op for n in graph.nodes] == ["RandomUniform", "Add"]
 
 
-def test_batch_statistics_without_running_ones_over_a_batch_are_refused():
+def test_batch_statistics_without_running_ones_over_a_batch_are_a_group_norm():
+    """aten._native_batch_norm_legit.no_stats over (N, C, L), N > 1: a GroupNorm of the batch
+    as one sample, channels first (issue 86)."""
     class BatchStats(torch.nn.Module):
         def forward(self, x):
             return F.batch_norm(x, None, None, training=True)
 
-    with pytest.raises(TorchImportError, match=r"_native_batch_norm_legit\.no_stats "
-                                               r"\(batch statistics over more than one sample\)"):
-        convert(export(BatchStats(), (torch.randn(2, 3, 4),), None, None))
+    x = torch.randn(2, 3, 4)
+    imported = convert(export(BatchStats(), (x,), None, None))
+    assert "GroupNorm" in {n.op for n in imported.graph.nodes}
+    out = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())
+    np.testing.assert_allclose(out[imported.graph.outputs[0]], BatchStats()(x).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_ops_of_constants_with_several_outputs_fold():

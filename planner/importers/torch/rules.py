@@ -182,7 +182,8 @@ def index(n: NodeCtx) -> Value:
     """x[..., ids, ...] with integer ids: computed ones an IndexGather (negative ids from the
     end); constant ones (a relative-position-bias table indexed by a buffer) a gather whose
     gradient is a scatter-add (planner/importers/gather.py), and on several adjacent axes
-    (`table[rows, cols]`) an index of those axes merged into one."""
+    (`table[rows, cols]`) an index of those axes merged into one: computed in the graph where
+    some are computed (CLIP's `x[torch.arange(B), text.argmax(-1)]`, _merged_index)."""
     x = n.tensor(0)
     shape = n.shape(x)
     picked = [(k, v) for k, v in enumerate(n.arg(1, "indices")) if v is not None]
@@ -194,9 +195,12 @@ def index(n: NodeCtx) -> Value:
     if not n.dtype(x).startswith(("float", "bfloat")):
         raise Unsupported(f"{n.op} (of a computed {n.dtype(x)} tensor)")
     axis, ids = picked[0]
+    if len(picked) > 1 and not all(isinstance(v, Const) for _, v in picked):
+        ids = _merged_index(n, picked, shape)
+        x = _reshape_to(n, x, (*shape[:axis], math.prod(shape[k] for k in axes),
+                               *shape[axis + len(axes):]))
+        return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": False})
     if len(picked) > 1 or isinstance(ids, Const):
-        if not all(isinstance(v, Const) for _, v in picked):
-            raise Unsupported(f"{n.op} (computed indices on {len(picked)} axes)")
         ids = n.const(_flat_index(n, [(k, v.value()) for k, v in picked], shape), "int64")
         merged = math.prod(shape[k] for k in axes)
         shape = (*shape[:axis], merged, *shape[axis + len(axes):])
@@ -208,6 +212,32 @@ def index(n: NodeCtx) -> Value:
     if n.dtype(ids) != "int64":
         raise Unsupported(f"{n.op} (computed {n.dtype(ids)} indices)")
     return n.emit1("IndexGather", [x, ids], {"axis": axis, "mode": "rows", "wrap": True})
+
+
+def _merged_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> str:
+    """Indices on adjacent axes, some computed (CLIP's `x[torch.arange(B), text.argmax(-1)]`),
+    as one int64 index into those axes merged, computed in the graph: each broadcast, taken
+    from the end where negative, times its axis' stride. An index outside its own axis makes
+    the merged one -1 (IndexGather refuses it at run time, as torch does) rather than a valid
+    position of another row."""
+    merged = math.prod(shape[k] for k, _ in picked)
+    flat: str | Const | None = None
+    bad: str | None = None
+    stride = merged
+    for k, v in picked:
+        d = shape[k]
+        stride //= d
+        if n.dtype(v) != "int64":
+            v = cast(n, v, "int64")
+        out = n.emit1("Or", [n.emit1("Less", [v, n.const(-d, "int64")]),
+                             n.emit1("GreaterOrEqual", [v, n.const(d, "int64")])])
+        bad = out if bad is None else n.emit1("Or", [bad, out])
+        v = n.emit1("Where", [n.emit1("Less", [v, n.const(0, "int64")]),
+                              n.emit1("Add", [v, n.const(d, "int64")]), v])
+        if stride != 1:
+            v = n.emit1("Mul", [v, n.const(stride, "int64")])
+        flat = v if flat is None else n.emit1("Add", [flat, v])
+    return n.emit1("Where", [bad, n.const(-1, "int64"), flat])
 
 
 def _flat_index(n: NodeCtx, picked: list, shape: tuple[int, ...]) -> object:
@@ -612,6 +642,31 @@ def upsample(n: NodeCtx) -> Value:
         "nearest_mode": "floor"})
 
 
+# torch's enums of grid_sampler_2d: GridSamplerInterpolation and GridSamplerPadding
+GRID_MODES = {0: "bilinear", 1: "nearest"}
+GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@rule("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
+def grid_sampler(n: NodeCtx) -> Value:
+    """F.grid_sample of an (N, C, H, W) or (N, C, D, H, W) image: the planner's GridSample
+    (planner/ops/grid_sample.py), modes as attrs; bicubic is refused. (F.affine_grid
+    decomposes into arithmetic on a constant base grid, which imports as it is.)"""
+    x, grid = n.tensor(0), n.tensor(1)
+    mode, padding = int(n.arg(2, "interpolation_mode")), int(n.arg(3, "padding_mode"))
+    if mode not in GRID_MODES:
+        raise Unsupported(f"{n.op} (bicubic interpolation)" if mode == 2 else
+                          f"{n.op} (interpolation mode {mode})")
+    if padding not in GRID_PADDINGS:
+        raise n.fail(f"padding mode {padding} is none of torch's (0 zeros, 1 border, "
+                     f"2 reflection)")
+    if n.dtype(x) != n.dtype(grid):
+        grid = cast(n, grid, n.dtype(x))
+    return n.emit1("GridSample", [x, grid], {"mode": GRID_MODES[mode],
+                                            "padding_mode": GRID_PADDINGS[padding],
+                                            "align_corners": bool(n.arg(4, "align_corners"))})
+
+
 # ---- scans (the reductions are rules_reduce.py's) ---------------------------------------------
 
 @rule("aten.cumsum.default", "aten.cumprod.default")
@@ -776,17 +831,30 @@ def group_norm(n: NodeCtx) -> Value:
 
 @rule("aten._native_batch_norm_legit.no_stats")
 def batch_norm_no_stats(n: NodeCtx) -> Value:
-    """Batch statistics without running ones: nn.InstanceNorm decomposes to this over
+    """Batch statistics without running ones. nn.InstanceNorm decomposes to this over
     (1, N * C, ...) (its affine weight repeated N times), which is GroupNorm with a group per
-    channel, as there is one sample."""
+    channel, as there is one sample. nn.BatchNorm(track_running_stats=False) gives it over
+    (N, C, ...): the same GroupNorm of the batch seen as one sample, (1, C, N * ...) with the
+    channels first. Not the planner's BatchNorm: an evaluation graph turns that to its running
+    statistics, which this module has none of (it normalises by the batch in eval() too)."""
     x = n.tensor(0)
     shape = n.shape(x)
-    if len(shape) < 3 or shape[0] != 1 or not n.arg(3, "training", True):
-        raise Unsupported(f"{n.op} (batch statistics over more than one sample)")
+    if not n.arg(3, "training", True):
+        raise Unsupported(f"{n.op} (training=False without running statistics)")
+    if len(shape) < 2:
+        raise Unsupported(f"{n.op} (a {len(shape)}-D input: no channel axis)")
     w = _affine(n, n.arg(1, "weight"), shape[1:2], 1.0, x)
     b = _affine(n, n.arg(2, "bias"), shape[1:2], 0.0, x)
     attrs = {"groups": shape[1], "epsilon": float(n.arg(5, "eps"))}
+    one = len(shape) >= 3 and shape[0] == 1
+    if not one:  # (N, C, ...) -> (C, N, ...) -> (1, C, N * ...)
+        perm = [1, 0, *range(2, len(shape))]
+        x = n.emit1("Transpose", [x], {"perm": perm})
+        x = _reshape_to(n, x, (1, shape[1], math.prod(shape) // shape[1]))
     y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+    if not one:
+        y = _reshape_to(n, y, (shape[1], shape[0], *shape[2:]))
+        y = n.emit1("Transpose", [y], {"perm": perm})
     return (y, UNAVAILABLE, UNAVAILABLE)
 
 

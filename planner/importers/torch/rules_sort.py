@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from planner.dtypes import INTEGER_DTYPES
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 
@@ -107,6 +108,9 @@ def sort_lines(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> tuple[str,
 
 @rule("aten.argmax.default", "aten.argmin.default")
 def argmax(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    if n.dtype(x) in INTEGER_DTYPES:
+        return integer_argmax(n, x, n.shape(x))
     x, shape = _input(n)
     dim = n.arg(1, "dim")
     x, lines, axis = _lines(n, x, shape, dim)
@@ -115,6 +119,25 @@ def argmax(n: NodeCtx) -> Value:
     if lines[axis] == 0:
         raise n.fail(f"an arg{'min' if 'argmin' in n.op else 'max'} over an empty dim")
     return _to_out(n, _topk(n, x, 1, axis, True)[1], n.out_shape)
+
+
+def integer_argmax(n: NodeCtx, x: str | Const, shape: tuple[int, ...]) -> str:
+    """argmax / argmin of integers (token ids: CLIP's end-of-text position), exactly: the
+    extremum along the line, then the smallest position holding it (the first occurrence, as
+    torch) — no cast to a float, which would merge ids past 2^24."""
+    x, lines, axis = _lines(n, x, shape, n.arg(1, "dim"))
+    size = lines[axis]
+    if size == 0:
+        raise n.fail(f"an arg{'min' if 'argmin' in n.op else 'max'} over an empty dim")
+    fold = "ReduceMin" if n.op == "aten.argmin.default" else "ReduceMax"
+    best = n.emit1(fold, [x], {"axes": [axis], "keepdims": True})
+    hit = n.emit1("Equal", [x, best])
+    where = [1] * len(lines)
+    where[axis] = size
+    positions = n.const(np.arange(size, dtype=np.int64).reshape(where), "int64")
+    first = n.emit1("Where", [hit, positions, n.const(size, "int64")])
+    return _to_out(n, n.emit1("ReduceMin", [first], {"axes": [axis], "keepdims": True}),
+                   n.out_shape)
 
 
 @rule("aten.kthvalue.default", "aten.median.dim", "aten.median.default")
