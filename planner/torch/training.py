@@ -438,7 +438,8 @@ def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None
                   costs=costs, adaptive=adaptive,
                   modes=tuple(bool(m.training) for m in module.modules()),
                   with_labels=loss is not None, ranks=ranks,
-                  shard_parameters=bool(plan_settings.shard_parameters))
+                  shard_parameters=bool(plan_settings.shard_parameters),
+                  torch_optimizer=None if isinstance(optimizer, str) else optimizer)
 
 
 def _not_held(state: Mapping[str, Any], graph: Any) -> tuple[dict[str, str], dict[str, Any]]:
@@ -483,6 +484,7 @@ class Recipe:
     # measure their own costs, and the executor refuses ranks that run different plans).
     ranks: int = 1
     shard_parameters: bool = False  # ZeRO-3: each rank loads its shards of the parameters
+    torch_optimizer: Any = None  # the torch.optim instance given, None for the string form
 
 
 def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
@@ -531,6 +533,14 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     imported = _imported(recipe, examples)
     chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)
+    if recipe.torch_optimizer is not None:  # before anything is built for it
+        from planner.errors import UserError
+        from planner.torch.optimizers import outside_groups
+
+        try:
+            outside_groups(recipe.torch_optimizer, recipe.module, PREFIX, prepared)
+        except ValueError as e:
+            raise UserError(str(e)) from None
     by_name = {t.name: t for t in prepared.tensors}
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
         name: _numpy(v, by_name[name].dtype)
