@@ -51,6 +51,7 @@ from planner.torch.export_watch import (
     watching,
 )
 from planner.torch.hooks import backward_hooks
+from planner.torch.norm_modes import cumulative_norms
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of, spell
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -64,7 +65,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     the step could not apply (planner/torch/hooks.py)."""
     import torch
 
-    hooked = backward_hooks(module, type(module).__name__)
+    hooked = (backward_hooks(module, type(module).__name__)
+              or cumulative_norms(module, type(module).__name__))
     if hooked is not None:  # before the trace: the trace would drop it, silently
         raise TorchImportError(hooked)
 

@@ -17,7 +17,6 @@ from torch.nn import functional as F  # noqa: E402
 from planner.graph import run  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.base import get_op  # noqa: E402
-from planner.torch import TorchImportError  # noqa: E402
 from planner.torch.training import export  # noqa: E402
 from tests.importers.torch_heldout import MODELS  # noqa: E402
 from tests.importers.torch_training_check import STEPS, trains_like_pytorch  # noqa: E402
@@ -88,14 +87,27 @@ def test_random_ops_are_not_folded():
     assert [n.op for n in graph.nodes] == ["RandomUniform", "Add"]
 
 
-def test_batch_statistics_without_running_ones_over_a_batch_are_refused():
-    class BatchStats(torch.nn.Module):
-        def forward(self, x):
-            return F.batch_norm(x, None, None, training=True)
+def test_batch_statistics_without_running_ones_over_a_batch():
+    # BatchNorm(track_running_stats=False)'s op, over a batch of 2 (not InstanceNorm's one
+    # sample): the batch moved inside one sample, GroupNorm with a group per channel
+    from planner.graph.interpret import run
 
-    with pytest.raises(TorchImportError, match=r"_native_batch_norm_legit\.no_stats "
-                                               r"\(batch statistics over more than one sample\)"):
-        convert(export(BatchStats(), (torch.randn(2, 3, 4),), None, None))
+    class BatchStats(torch.nn.Module):
+        def forward(self, x, w, b):
+            return F.batch_norm(x, None, None, w, b, training=True, eps=1e-3)
+
+    for shape in ((2, 3, 4), (5, 3), (2, 3, 2, 2)):
+        x = torch.randn(shape, dtype=torch.float64) * 3 + 1
+        w, b = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+        graph = convert(export(BatchStats(), (x.float(), w.float(), b.float()), None,
+                               None)).graph
+        assert "GroupNorm" in [n.op for n in graph.nodes]
+        feeds = dict(zip([t.name for t in graph.by_role("input")],
+                         (x.float().numpy(), w.float().numpy(), b.float().numpy()),
+                         strict=True))
+        got = run(graph, feeds, {}, keep="outputs")[graph.outputs[0]]
+        want = BatchStats()(x, w, b).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_ops_of_constants_with_several_outputs_fold():
