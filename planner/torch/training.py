@@ -173,6 +173,7 @@ class Trainer:
         self.optimizer = optimizer
         self._sharded = any(n.op == "AllGather" for n in graph.nodes)
         self._written: list[tuple[float, float]] = []
+        self._stepped: Built | None = None  # the shapes the last step ran on (`trace`)
         if optimizer is not None:
             from planner.torch.optimizers import compiled
 
@@ -216,6 +217,8 @@ class Trainer:
             self._read_groups()
         out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f), "step")
         self.steps += 1
+        if self.shapes is not None:  # what `trace` writes: evaluate() runs no step
+            self._stepped = self.shapes.last
         if self.optimizer is not None:
             # This step was the optimizer's: a scheduler stepped next is in the right order
             # (torch's lr_scheduler warns otherwise, reading this flag of its wrapper).
@@ -249,14 +252,15 @@ class Trainer:
         return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
 
     def trace(self, path: str | Path, with_prediction: bool = False) -> Path:
-        """Write the last step this trainer ran (of the shapes it ran on) as Chrome trace JSON
-        at `path` (Perfetto opens it; the tracks of `planner show PLAN --trace`), with the
-        plan's prediction beside it when `with_prediction`; returns the path."""
-        built = self.shapes.last if self.shapes is not None else None
-        if built is None:
+        """Write the last step this trainer ran (of the shapes it ran on, whatever evaluate()
+        ran since) as Chrome trace JSON at `path` (Perfetto opens it; the tracks of `planner
+        show PLAN --trace`), with the plan's prediction beside it when `with_prediction`;
+        returns the path."""
+        if self.shapes is None:
             raise ValueError("trace: this Trainer was made around an executor, not by "
                              "trainer(); call the package's trace(executor, path)")
-        if self.steps == 0:
+        built = self._stepped
+        if built is None:
             raise ValueError("trace: no step has run yet; call step() first")
         built.package.trace(built.executor, str(path), with_prediction=with_prediction)
         return Path(path)
