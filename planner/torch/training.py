@@ -300,6 +300,30 @@ class Trainer:
                 out[key] = self._start[key].copy()
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        """The run's checkpoint: the executor's state_dict (model, optimizer, planner:
+        docs/training.md) and `trainer`, the steps taken, which the counters the executor does
+        not hold (BatchNorm's num_batches_tracked) count from. Save the torch.optim instance's
+        and its scheduler's state_dict beside it, as in PyTorch."""
+        return {**self.executor.state_dict(), "trainer": {"steps": self.steps}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`: the executor's state (checked before anything is
+        written) and the steps taken. A torch.optim instance's groups are read again before the
+        next step (load the optimizer's and the scheduler's own state_dict into them, as in
+        PyTorch); the run then equals the uninterrupted one bit for bit."""
+        if "trainer" not in state:
+            raise ValueError("load_state_dict: no 'trainer' entry (the steps taken); give it "
+                             "a Trainer.state_dict(), or an executor's state_dict to "
+                             "Trainer.executor.load_state_dict")
+        steps = state["trainer"].get("steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"load_state_dict: trainer steps must be an int >= 0, got "
+                             f"{steps!r}")
+        self.executor.load_state_dict({k: v for k, v in state.items() if k != "trainer"})
+        self.steps = steps
+        self._written = []  # the executor now holds the checkpoint's lr: the groups' next
+
     def load_into(self, module: Any, copy: bool = False) -> None:
         """Write `params()` into `module`'s parameters and buffers. Without `copy`, float
         tensors become views of the executor's memory (no copy: the module then follows
