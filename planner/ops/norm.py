@@ -265,8 +265,9 @@ register(OpDef(
     reference=batchnorm_grad_reference,
     channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),) if a["training"] else (),
     doc="[dy, x, scale, saved_mean, saved_invstd] (+ the BatchNorm's bias with activation "
-        "relu: 0 where the forward's Relu output is <= 0, else dy; leaky_relu with alpha: dy * "
-        "alpha where it is not) -> [dx, dscale, dbias]; with training=False the last two of "
+        "relu: 0 where the forward's Relu output is <= 0, else dy; leaky_relu with alpha: dy "
+        "where the normalised x is positive, else dy * alpha) -> [dx, dscale, dbias]; with "
+        "training=False the last two of "
         "the five are running_mean and running_var.",
 ))
 
