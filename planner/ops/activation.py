@@ -5,7 +5,7 @@ incoming gradient dy and whichever forward value makes the derivative cheapest: 
 (Relu, Tanh, Sigmoid, Softmax), or the input x for LeakyRelu, whose output does not tell
 the sign of x when alpha < 0.
 
-    ReluGrad       dx = dy * (y > 0)
+    ReluGrad       dx = 0 where y <= 0, else dy (a NaN y passes dy: PyTorch's threshold_backward)
     LeakyReluGrad  dx = dy * (x > 0 ? 1 : alpha)
     TanhGrad       dx = dy * (1 - y^2)
     SigmoidGrad    dx = dy * y * (1 - y)
@@ -185,11 +185,17 @@ def relu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, thread
 
 
 # Scalar formulas (generated kernels): np.maximum(x, 0) keeps NaN, so Relu is where(x < 0, 0, x).
+def _relu_grad_pw(m, xs, p):
+    """threshold_backward's not(y <= 0), spelled with isnan: TVM's simplifier, which writes
+    the CUDA kernel, would rewrite the negation as y > 0, which is false for a NaN."""
+    return [m.where(m.any(xs[1] > 0, m.isnan(xs[1])), xs[0], 0.0)]
+
+
 _define("Relu", lambda xs, a: [np.maximum(xs[0], 0)], 1,
-        "ReluGrad", "y", lambda xs, a: [np.where(xs[1] > 0, xs[0], 0)], 1, {},
+        "ReluGrad", "y", lambda xs, a: [np.where(xs[1] <= 0, 0, xs[0])], 1, {},
         "y = max(x, 0).",
         pointwise=lambda m, xs, p: [m.where(xs[0] < 0, 0.0, xs[0])],
-        grad_pointwise=lambda m, xs, p: [m.where(xs[1] > 0, xs[0], 0.0)], low=True,
+        grad_pointwise=_relu_grad_pw, low=True,
         scratch=relu_scratch, by_position=True)
 _define("LeakyRelu", _leaky_relu, 2,
         "LeakyReluGrad", "x", _leaky_relu_grad, 2, {"alpha": Attr("float", 0.01)},

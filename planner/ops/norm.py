@@ -24,9 +24,9 @@ Both take the layer's Relu folded in (`activation`: "relu", float32 only; planne
 fused_activation.py; made by planner/graph/fold_norm_relu.py on CPU steps): BatchNorm writes
 y = relu(normalised x) (NaN kept, Relu's rule), and BatchNormGrad takes a sixth input, the
 BatchNorm's bias, normalises x again as the forward did (saved mean and invstd, scale, bias)
-and reads dy where that Relu's output is positive, 0 elsewhere (ReluGrad's rule) in place of
-dy: one image less to read than the Relu's output would be. A LeakyRelu folds the same way
-(`activation`: "leaky_relu" with its slope `alpha`): LeakyRelu's rule as y is written, and
+and reads 0 where that Relu's output is <= 0, dy elsewhere (ReluGrad's rule: a NaN passes dy)
+in place of dy: one image less to read than the Relu's output would be. A LeakyRelu folds the
+same way (`activation`: "leaky_relu" with its slope `alpha`): LeakyRelu's rule as y is written, and
 LeakyReluGrad's (dy where the normalised x is positive, dy * alpha elsewhere) in the gradient.
 
 BatchNorm also takes a residual block's sum folded in (planner/graph/fold_norm_sum.py, CPU
@@ -265,8 +265,9 @@ register(OpDef(
     reference=batchnorm_grad_reference,
     channel_blocked=lambda a: ((("in", 0), ("in", 1), ("out", 0)),) if a["training"] else (),
     doc="[dy, x, scale, saved_mean, saved_invstd] (+ the BatchNorm's bias with activation "
-        "relu: dy where the forward's Relu output is positive; leaky_relu with alpha: dy * "
-        "alpha where it is not) -> [dx, dscale, dbias]; with training=False the last two of "
+        "relu: 0 where the forward's Relu output is <= 0, else dy; leaky_relu with alpha: dy "
+        "where the normalised x is positive, else dy * alpha) -> [dx, dscale, dbias]; with "
+        "training=False the last two of "
         "the five are running_mean and running_var.",
 ))
 

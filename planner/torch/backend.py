@@ -30,7 +30,10 @@ def planner_backend(gm: Any, example_inputs: Any, options: dict[str, Any] | None
     callable Dynamo runs in its place. Options are checked here, at the first call of the
     compiled model; `mode=` (Inductor's) is refused as an unknown option."""
     from planner.torch.piece import Piece
+    from planner.torch.skipped import backend_called, install
 
+    backend_called()  # this frame's compile planned something (planner/torch/skipped.py)
+    install()  # again, after a torch._dynamo.reset()
     if unused:
         raise ValueError(f"torch.compile(backend='planner'): {sorted(unused)} are Inductor's; "
                          f"the planner's options go in options={{...}}")
@@ -43,3 +46,6 @@ def register() -> None:
 
     if _BACKENDS.get(NAME) is None:
         register_backend(name=NAME)(planner_backend)
+    from planner.torch.skipped import install
+
+    install()  # a frame Dynamo skips is told, not silently eager

@@ -22,8 +22,9 @@ likewise (CUDA graphs); `differentiable=True` (autograd through the step) is ref
 setting other than lr and weight_decay that differs between param groups is refused (the
 planner compiles it into the update), as is optimizer state already held (steps taken, or a
 state_dict loaded: the executor starts from zero state), a parameter in a group that is not
-the module's, and a parameter the module trains (requires_grad) that no group holds (torch
-would leave it alone; the planner would train it).
+the module's, and a parameter that requires grad, gets a gradient and that no group holds
+(torch would leave it alone; the planner would train it). One in no group that gets no
+gradient (a teacher called only under torch.no_grad()) is a constant of the step.
 
 Example:
     >>> from_settings("sgd", lr=0.1, momentum=0.9, dampening=0.1).update_attrs()
@@ -116,6 +117,7 @@ def from_torch(optimizer: Any, module: Any, prefix: str) -> Any:
                          f"optimizer and load the state with Trainer.executor.load_state_dict")
     groups = optimizer.param_groups
     first = groups[0]
+    cycled_momentum(optimizer)
     for k, group in enumerate(groups):
         if group.get("differentiable"):
             raise ValueError(f"optimizer {cls.__name__}: param_groups[{k}] differentiable=True "
@@ -165,6 +167,7 @@ def group_hyperparameters(optimizer: Any, planned: list[dict[str, Any]]
     scheduler last set (read before each step). ValueError in one line where a setting the
     plan compiled in has changed since (`planned`, `compiled` then): OneCycleLR's
     cycle_momentum writes betas or momentum each step."""
+    cycled_momentum(optimizer)
     now = compiled(optimizer)
     if len(now) != len(planned):
         raise ValueError(f"the optimizer has {len(now)} param groups; the trainer was planned "
@@ -181,10 +184,27 @@ def group_hyperparameters(optimizer: Any, planned: list[dict[str, Any]]
             for k, g in enumerate(optimizer.param_groups)]
 
 
+def cycled_momentum(optimizer: Any) -> None:
+    """ValueError in one line where a scheduler on `optimizer` cycles momentum or betas[0]
+    (OneCycleLR's and CyclicLR's cycle_momentum, on by default: they leave `max_momentum` and
+    `base_momentum` in each group; equal ones cycle nothing), which the plan compiles in:
+    refused as the trainer is made (or before its first step, for a scheduler made after
+    it), not after a step ran on the first value."""
+    for k, group in enumerate(optimizer.param_groups):
+        if _value(group.get("max_momentum")) != _value(group.get("base_momentum")):
+            what = "betas[0]" if "betas" in group else "momentum"
+            raise ValueError(f"optimizer param_groups[{k}]: a scheduler cycles its {what} "
+                             f"(cycle_momentum=True, OneCycleLR's and CyclicLR's default), "
+                             f"which the plan compiles in; OneCycleLR(..., "
+                             f"cycle_momentum=False) works (lr and weight_decay are read "
+                             f"before every step)")
+
+
 def _names(module: Any, groups: list[Mapping[str, Any]], prefix: str,
            what: str) -> list[list[str]]:
     """Each group's parameters as the graph names them; ValueError for a parameter the
-    module lacks, one in two groups, or one the module trains that no group holds."""
+    module lacks or one in two groups (one in no group: `outside_groups`, once the graph
+    says whether it gets a gradient)."""
     by_id = {}
     for key, p in module.named_parameters(remove_duplicate=False):
         by_id.setdefault(id(p), key)  # a tied weight: its first name, as the export's
@@ -203,12 +223,23 @@ def _names(module: Any, groups: list[Mapping[str, Any]], prefix: str,
             seen[id(p)] = k
             names.append(prefix + by_id[id(p)])
         out.append(names)
-    for key, p in module.named_parameters():
-        if p.requires_grad and id(p) not in seen:
-            raise ValueError(f"optimizer {what}: parameter {key!r} trains (requires_grad) but "
-                             f"is in no param group, so torch.optim would not update it; add "
-                             f"it to a group or call {key}.requires_grad_(False)")
     return out
+
+
+def outside_groups(optimizer: Any, module: Any, prefix: str, graph: Any) -> None:
+    """ValueError in one line for a parameter of `module` that requires grad, is in none of
+    the torch.optim instance's groups, and gets a gradient in the training `graph` (the
+    planner would train it; torch.optim would not). One that gets none (a teacher called
+    under torch.no_grad() only, as PyTorch's distillation tutorial leaves it requires_grad)
+    is a constant of the step, as in PyTorch: no update, no optimizer state."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    updated = {t.updates for t in graph.tensors if t.updates is not None}
+    for key, p in module.named_parameters():
+        if p.requires_grad and id(p) not in held and prefix + key in updated:
+            raise ValueError(f"optimizer {type(optimizer).__name__}: parameter {key!r} gets a "
+                             f"gradient (requires_grad, and the loss depends on it) but is in "
+                             f"no param group, so torch.optim would not update it; add it to "
+                             f"a group or call {key}.requires_grad_(False)")
 
 
 def _record(cls: type, kind: str, fields: dict[str, Any]) -> Any:

@@ -85,6 +85,7 @@ class Piece:
         self.name = name
         self.options = options
         self.runs: dict[tuple, Any] = {}  # call signature -> _Inference | _Training | None
+        self.aliases = output_aliases(gm)
 
     def __call__(self, *args: Any) -> Any:
         import torch
@@ -109,7 +110,7 @@ class Piece:
             forget(*(getattr(dropped, f, None) for f in ("ex", "forward", "backward")))
         if run is None:
             return self.gm(*args)
-        return run(args)
+        return realiased(run(args), self.aliases)
 
     def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None) -> Any:
         from planner.errors import PlanError, UserError
@@ -127,6 +128,51 @@ class Piece:
                                    PlannerFallback, filename="<planner>", lineno=0,
                                    module="planner.torch.piece")
             return None
+
+
+def output_aliases(gm: Any) -> tuple[tuple[int, int, tuple, tuple, int], ...]:
+    """Outputs of `gm` that eager PyTorch returns as views of another output (`(y,
+    y.view(-1))`): (the view's index, its base output's, the view's size, stride and storage
+    offset), from the traced example values, where the base is contiguous from its storage's
+    start (so the executor's contiguous copy of it lays out the same) and every number is a
+    concrete int."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    out_node = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if out_node is None:
+        return ()
+    flat = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
+    vals = [getattr(n, "meta", {}).get("example_value", getattr(n, "meta", {}).get("val"))
+            if hasattr(n, "meta") else None for n in flat]
+    found = []
+    bases: dict[Any, int] = {}
+    for k, v in enumerate(vals):
+        try:
+            ref = StorageWeakRef(v.untyped_storage())
+            size, stride, offset = tuple(v.shape), tuple(v.stride()), v.storage_offset()
+            concrete = all(type(d) is int for d in (*size, *stride, offset))
+        except Exception:  # not a tensor, or no storage to compare (a sparse one): no alias
+            continue
+        if not concrete:
+            continue
+        if ref in bases:
+            found.append((k, bases[ref], size, stride, offset))
+        elif offset == 0 and v.is_contiguous():
+            bases[ref] = k
+    return tuple(found)
+
+
+def realiased(outs: Any, aliases: Sequence[tuple[int, int, tuple, tuple, int]]) -> Any:
+    """The executor's outputs with each eager view of another output made that view again
+    (output_aliases): a write through one is seen through the other, and a gradient into the
+    view reaches the base, as eager."""
+    if not aliases:
+        return outs
+    outs = list(outs)
+    for view, base, size, stride, offset in aliases:
+        if outs[base].is_contiguous():  # the layout the view's strides were traced over
+            outs[view] = outs[base].as_strided(size, stride, offset)
+    return tuple(outs)
 
 
 def _signature(a: Any) -> Any:

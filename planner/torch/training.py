@@ -51,6 +51,7 @@ from planner.torch.export_watch import (
     watching,
 )
 from planner.torch.hooks import backward_hooks
+from planner.torch.norm_modes import cumulative_norms
 from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of, spell
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
@@ -64,7 +65,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     the step could not apply (planner/torch/hooks.py)."""
     import torch
 
-    hooked = backward_hooks(module, type(module).__name__)
+    hooked = (backward_hooks(module, type(module).__name__)
+              or cumulative_norms(module, type(module).__name__))
     if hooked is not None:  # before the trace: the trace would drop it, silently
         raise TorchImportError(hooked)
 
@@ -171,6 +173,7 @@ class Trainer:
         self.optimizer = optimizer
         self._sharded = any(n.op == "AllGather" for n in graph.nodes)
         self._written: list[tuple[float, float]] = []
+        self._stepped: Built | None = None  # the shapes the last step ran on (`trace`)
         if optimizer is not None:
             from planner.torch.optimizers import compiled
 
@@ -214,6 +217,8 @@ class Trainer:
             self._read_groups()
         out, imported, graph = self._run(arrays, lambda ex, f: ex.step(f), "step")
         self.steps += 1
+        if self.shapes is not None:  # what `trace` writes: evaluate() runs no step
+            self._stepped = self.shapes.last
         if self.optimizer is not None:
             # This step was the optimizer's: a scheduler stepped next is in the right order
             # (torch's lr_scheduler warns otherwise, reading this flag of its wrapper).
@@ -247,14 +252,15 @@ class Trainer:
         return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
 
     def trace(self, path: str | Path, with_prediction: bool = False) -> Path:
-        """Write the last step this trainer ran (of the shapes it ran on) as Chrome trace JSON
-        at `path` (Perfetto opens it; the tracks of `planner show PLAN --trace`), with the
-        plan's prediction beside it when `with_prediction`; returns the path."""
-        built = self.shapes.last if self.shapes is not None else None
-        if built is None:
+        """Write the last step this trainer ran (of the shapes it ran on, whatever evaluate()
+        ran since) as Chrome trace JSON at `path` (Perfetto opens it; the tracks of `planner
+        show PLAN --trace`), with the plan's prediction beside it when `with_prediction`;
+        returns the path."""
+        if self.shapes is None:
             raise ValueError("trace: this Trainer was made around an executor, not by "
                              "trainer(); call the package's trace(executor, path)")
-        if self.steps == 0:
+        built = self._stepped
+        if built is None:
             raise ValueError("trace: no step has run yet; call step() first")
         built.package.trace(built.executor, str(path), with_prediction=with_prediction)
         return Path(path)
@@ -293,6 +299,30 @@ class Trainer:
             elif key in self._start:  # a buffer no op reads (eval-mode num_batches_tracked)
                 out[key] = self._start[key].copy()
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run's checkpoint: the executor's state_dict (model, optimizer, planner:
+        docs/training.md) and `trainer`, the steps taken, which the counters the executor does
+        not hold (BatchNorm's num_batches_tracked) count from. Save the torch.optim instance's
+        and its scheduler's state_dict beside it, as in PyTorch."""
+        return {**self.executor.state_dict(), "trainer": {"steps": self.steps}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`: the executor's state (checked before anything is
+        written) and the steps taken. A torch.optim instance's groups are read again before the
+        next step (load the optimizer's and the scheduler's own state_dict into them, as in
+        PyTorch); the run then equals the uninterrupted one bit for bit."""
+        if "trainer" not in state:
+            raise ValueError("load_state_dict: no 'trainer' entry (the steps taken); give it "
+                             "a Trainer.state_dict(), or an executor's state_dict to "
+                             "Trainer.executor.load_state_dict")
+        steps = state["trainer"].get("steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"load_state_dict: trainer steps must be an int >= 0, got "
+                             f"{steps!r}")
+        self.executor.load_state_dict({k: v for k, v in state.items() if k != "trainer"})
+        self.steps = steps
+        self._written = []  # the executor now holds the checkpoint's lr: the groups' next
 
     def load_into(self, module: Any, copy: bool = False) -> None:
         """Write `params()` into `module`'s parameters and buffers. Without `copy`, float
@@ -443,7 +473,8 @@ def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None
                   costs=costs, adaptive=adaptive,
                   modes=tuple(bool(m.training) for m in module.modules()),
                   with_labels=loss is not None, ranks=ranks,
-                  shard_parameters=bool(plan_settings.shard_parameters))
+                  shard_parameters=bool(plan_settings.shard_parameters),
+                  torch_optimizer=None if isinstance(optimizer, str) else optimizer)
 
 
 def _not_held(state: Mapping[str, Any], graph: Any) -> tuple[dict[str, str], dict[str, Any]]:
@@ -488,6 +519,7 @@ class Recipe:
     # measure their own costs, and the executor refuses ranks that run different plans).
     ranks: int = 1
     shard_parameters: bool = False  # ZeRO-3: each rank loads its shards of the parameters
+    torch_optimizer: Any = None  # the torch.optim instance given, None for the string form
 
 
 def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
@@ -536,6 +568,14 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     imported = _imported(recipe, examples)
     chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)
+    if recipe.torch_optimizer is not None:  # before anything is built for it
+        from planner.errors import UserError
+        from planner.torch.optimizers import outside_groups
+
+        try:
+            outside_groups(recipe.torch_optimizer, recipe.module, PREFIX, prepared)
+        except ValueError as e:
+            raise UserError(str(e)) from None
     by_name = {t.name: t for t in prepared.tensors}
     table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
         name: _numpy(v, by_name[name].dtype)

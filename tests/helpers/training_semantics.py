@@ -579,6 +579,24 @@ class DecoratedStats(RunningStats):
         return self.b((h - self.mean) / var.sqrt() / self.scale)
 
 
+class BatchStatistics(nn.Module):
+    """BatchNorm with track_running_stats=False (batch statistics in train() and eval() alike,
+    no buffers), over (N, C) and over (N, C, H, W); `momentum`: the first BatchNorm's instead
+    (None: the cumulative moving average)."""
+
+    def __init__(self, momentum: float | None = 0.1, track: bool = False) -> None:
+        super().__init__()
+        self.lin = nn.Linear(5, 8)
+        self.norm1 = nn.BatchNorm1d(8, momentum=momentum, track_running_stats=track)
+        self.norm2 = nn.BatchNorm2d(2, track_running_stats=False)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: Any) -> Any:
+        h = torch.relu(self.norm1(self.lin(x)))
+        h = self.norm2(h.reshape(-1, 2, 2, 2)).reshape(-1, 8)
+        return self.head(torch.tanh(h))
+
+
 MLP_DATA = _data((BATCH, 5), classes=3)
 FROZEN_TEACHER = tuple(f"teacher.{k}" for k in ("lin1.weight", "lin1.bias", "lin2.weight",
                                                 "lin2.bias"))
@@ -629,5 +647,6 @@ CASES: tuple[Case, ...] = (
          _seeded(lambda: RunningStats("copy_", lambda: torch.set_grad_enabled(False))),
          MLP_DATA, ce),
     Case("pruned", _seeded(_pruned), MLP_DATA, ce, unchanged=("lin1.weight_mask",)),
+    Case("batchnorm_batch_statistics", _seeded(BatchStatistics), MLP_DATA, ce),
 )
 BY_NAME = {c.name: c for c in CASES}

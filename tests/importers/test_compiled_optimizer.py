@@ -145,3 +145,44 @@ def test_a_step_the_planner_refuses_runs_eagerly_named_in_one_line():
     assert len(fallbacks) == 1 and "\n" not in fallbacks[0], fallbacks
     assert "float64" in fallbacks[0] and "runs eagerly" in fallbacks[0]
     assert_close(p.detach(), q.detach(), "p")
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+    lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9),
+], ids=["adamw-betas", "sgd-momentum"])
+def test_one_cycle_with_its_momentum_cycling_equals_eager(make_opt):
+    """OneCycleLR's default cycle_momentum=True writes betas[0] (momentum) every step as well
+    as the lr, as a Python float: the compiled step takes each as the lr (planner/torch/
+    scalars.py), a graph input after Dynamo's one recompile, every step planned, none eager
+    (the trainer refuses the same scheduler: its momentum is compiled in). STEPS + 1 steps:
+    the bound above is for a few steps (the step's scalars are float32 where eager's are
+    Python floats)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    ref = copy.deepcopy(model)
+    opt, ref_opt = make_opt(model.parameters()), make_opt(ref.parameters())
+    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05, total_steps=8)
+              for o in (opt, ref_opt)]
+    torch._dynamo.reset()
+    step = torch.compile(opt.step, backend="planner", options=OPTIONS)
+    g = torch.Generator().manual_seed(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(STEPS + 1):
+            x, y = torch.randn(5, 6, generator=g), torch.randn(5, 3, generator=g)
+            for f, o in ((model, opt), (ref, ref_opt)):
+                o.zero_grad()
+                ((f(x) - y) ** 2).mean().backward()
+            step()
+            ref_opt.step()
+            for s in scheds:
+                s.step()
+    assert not [w for w in caught if w.category is PlannerFallback]
+    key = "betas" if "betas" in opt.param_groups[0] else "momentum"
+    assert opt.param_groups[0][key] == ref_opt.param_groups[0][key] != \
+        opt.param_groups[0]["max_momentum"]  # it did cycle
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert_close(p.detach(), q.detach(), name)
+    for k, (a, b) in enumerate(zip(tensors_of(opt), tensors_of(ref_opt), strict=True)):
+        assert_close(a, b, f"optimizer tensor {k}")

@@ -102,6 +102,29 @@ def test_batch_statistics_without_running_ones_over_a_batch_are_a_group_norm():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_batch_statistics_without_running_ones_over_a_batch():
+    # BatchNorm(track_running_stats=False)'s op, over a batch of 2 (not InstanceNorm's one
+    # sample): the batch moved inside one sample, GroupNorm with a group per channel
+    from planner.graph.interpret import run
+
+    class BatchStats(torch.nn.Module):
+        def forward(self, x, w, b):
+            return F.batch_norm(x, None, None, w, b, training=True, eps=1e-3)
+
+    for shape in ((2, 3, 4), (5, 3), (2, 3, 2, 2)):
+        x = torch.randn(shape, dtype=torch.float64) * 3 + 1
+        w, b = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+        graph = convert(export(BatchStats(), (x.float(), w.float(), b.float()), None,
+                               None)).graph
+        assert "GroupNorm" in [n.op for n in graph.nodes]
+        feeds = dict(zip([t.name for t in graph.by_role("input")],
+                         (x.float().numpy(), w.float().numpy(), b.float().numpy()),
+                         strict=True))
+        got = run(graph, feeds, {}, keep="outputs")[graph.outputs[0]]
+        want = BatchStats()(x, w, b).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_ops_of_constants_with_several_outputs_fold():
     class MaxOfConstants(torch.nn.Module):
         def forward(self, x):

@@ -176,11 +176,30 @@ def test_what_cannot_be_honoured_is_refused_by_name():
     other = torch.nn.Linear(2, 2)
     assert "not a parameter of the module" in _refusal(
         torch.optim.SGD([*m.parameters(), other.weight], lr=0.1), m)
-    assert "'fc2.bias' trains" in _refusal(torch.optim.SGD(
+    assert "'fc2.bias' gets a gradient" in _refusal(torch.optim.SGD(
         [m.fc1.weight, m.fc1.bias, m.fc2.weight], lr=0.1), m)
     assert "differentiable=True" in _refusal(torch.optim.Adam(m.parameters(),
                                                               differentiable=True), m)
     assert "setting lr" in _refusal(torch.optim.Adam(m.parameters()), m, lr=0.1)
+
+
+def test_a_scheduler_cycling_momentum_is_refused_as_the_trainer_is_made():
+    # OneCycleLR's default cycle_momentum=True writes betas[0] (Adam) or momentum (SGD) every
+    # step; the plan compiles them in, so the trainer is refused before anything is built,
+    # in one line naming what works
+    for make in (lambda m: torch.optim.AdamW(m.parameters(), lr=0.01),
+                 lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)):
+        m = _model()
+        opt = make(m)
+        torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)
+        text = _refusal(opt, m)
+        what = "betas[0]" if isinstance(opt, torch.optim.AdamW) else "momentum"
+        assert f"param_groups[0]: a scheduler cycles its {what}" in text, text
+        assert "OneCycleLR(..., cycle_momentum=False) works" in text, text
+    m = _model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.01, max_lr=0.1)
+    assert "cycles its momentum" in _refusal(opt, m)
 
 
 def test_pytorch_names_and_their_errors():
@@ -204,9 +223,16 @@ def test_a_scheduler_writing_compiled_settings_is_refused(tmp_path):
                 out_dir=tmp_path)
     t.step(x, y)
     torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)  # writes betas
-    with pytest.raises(ValueError, match=r"param_groups\[0\] betas changed from .* "
-                                         r"cycle_momentum=False"):
+    with pytest.raises(ValueError, match=r"param_groups\[0\]: a scheduler cycles its "
+                                         r"betas\[0\] .* cycle_momentum=False\) works"):
         t.step(x, y)
+    # without cycling (its documented remedy) the same scheduler drives the step's lr
+    for group in opt.param_groups:
+        group["betas"] = ADAM["betas"]
+        group.pop("max_momentum"), group.pop("base_momentum")
+    torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10,
+                                        cycle_momentum=False)
+    t.step(x, y)
 
 
 @pytest.mark.slow

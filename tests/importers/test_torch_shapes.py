@@ -130,8 +130,14 @@ def test_declared_shapes_are_planned_up_front_and_the_cache_is_bounded(tmp_path,
     t.step(x[:5], y[:5])  # the trace follows the shapes that ran last
     small = json.loads(t.trace(tmp_path / "small.json").read_text())["traceEvents"]
     assert t.shapes.last.key == ((5, 6), (5,)) and t.shapes.last.within == ((8, 6), (8,))
-    assert {o.name for o in t.shapes.last.plan.ops} <= {
+    stepped = t.shapes.last
+    assert {o.name for o in stepped.plan.ops} <= {
         e["name"] for e in small if e.get("ph") == "X"}
+    # an evaluate() at a new batch size runs no step: the trace is still the last step's
+    t.evaluate(x[:3], y[:3])
+    assert t.shapes.last.key == ((3, 6), (3,))
+    again = json.loads(t.trace(tmp_path / "again.json").read_text())["traceEvents"]
+    assert {o.name for o in stepped.plan.ops} <= {e["name"] for e in again if e.get("ph") == "X"}
     # explain re-plans the first shapes' graph from what priced it.
     said = t.explain(as_dict=True)
     assert said["step_seconds"] == pytest.approx(t.plan.summary.step_seconds)

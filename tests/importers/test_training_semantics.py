@@ -24,13 +24,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import planner.errors  # noqa: E402
+import planner.torch  # noqa: E402
 from planner.torch import TorchImportError, convert  # noqa: E402
 from planner.torch.training import PREFIX, export  # noqa: E402
 from tests.helpers.training_semantics import (  # noqa: E402
     BY_NAME,
     CASES,
+    FROZEN_TEACHER,
     MLP,
     Case,
+    Distill,
     mismatches,
     planner_steps,
     planner_trainer,
@@ -208,3 +212,54 @@ def _doc_example(title: str) -> str:
 @pytest.mark.parametrize("title", ["fine-tuning", "distillation"])
 def test_docs_examples_run(title):
     exec(compile(_doc_example(title), f"docs/pytorch.md ({title})", "exec"), {})
+
+
+def _student_adam(model: nn.Module) -> torch.optim.Optimizer:
+    # PyTorch's distillation tutorial: the optimizer holds the student's parameters only and
+    # the teacher keeps requires_grad=True; weight decay would move a teacher it updated
+    return torch.optim.Adam(model.student.parameters(), lr=0.01, weight_decay=0.1)
+
+
+def test_a_no_grad_teacher_outside_the_optimizer_is_a_constant(tmp_path):
+    case = BY_NAME["no_grad_teacher"]
+    model = case.make()
+    assert all(p.requires_grad for p in model.teacher.parameters())
+    inputs, labels = case.batches()[0]
+    t = planner.torch.trainer(model, inputs, loss=case.loss, labels=labels,
+                              optimizer=_student_adam(model), out_dir=tmp_path,
+                              costs="analytical")
+    # a constant of the step: no update, no optimizer state
+    assert not any(x.name.startswith("optim/" + PREFIX + "teacher") for x in t.graph.tensors)
+    assert not any(x.updates and x.updates.startswith(PREFIX + "teacher")
+                   for x in t.graph.tensors)
+    ours = planner_steps(case, t)
+    adam = Case(case.name, case.make, case.batches, case.loss,
+                reference=lambda ps: torch.optim.Adam(ps[:4], lr=0.01, weight_decay=0.1))
+    assert [n for n, _ in case.make().named_parameters()][:4] == [
+        "student.lin1.weight", "student.lin1.bias", "student.lin2.weight", "student.lin2.bias"]
+    assert mismatches(ours, torch_run(adam, torch.float32), torch_run(adam, torch.float64)) == []
+    start = model.state_dict()
+    for key in FROZEN_TEACHER:
+        np.testing.assert_array_equal(ours.state[key], start[key].numpy(), err_msg=key)
+
+
+class TeacherWithGradient(Distill):
+    """The teacher's output reaches the loss with gradients on: torch.optim, holding the
+    student only, would leave the teacher where it is; the planner would train it."""
+
+    def forward(self, x):
+        return self.student(x), self.teacher(x)
+
+
+def test_a_parameter_with_a_gradient_outside_the_optimizer_is_refused():
+    model = TeacherWithGradient()
+    case = BY_NAME["no_grad_teacher"]
+    inputs, labels = case.batches()[0]
+    with pytest.raises(planner.errors.UserError) as e:
+        planner.torch.trainer(model, inputs, loss=case.loss, labels=labels,
+                              optimizer=_student_adam(model), costs="analytical")
+    assert "\n" not in str(e.value)
+    assert re.search(r"^optimizer Adam: parameter 'teacher\.lin1\.weight' gets a gradient .* "
+                     r"in no param group, so torch.optim would not update it; add it to a "
+                     r"group or call teacher\.lin1\.weight\.requires_grad_\(False\)$",
+                     str(e.value)), str(e.value)

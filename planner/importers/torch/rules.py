@@ -833,29 +833,26 @@ def group_norm(n: NodeCtx) -> Value:
 def batch_norm_no_stats(n: NodeCtx) -> Value:
     """Batch statistics without running ones. nn.InstanceNorm decomposes to this over
     (1, N * C, ...) (its affine weight repeated N times), which is GroupNorm with a group per
-    channel, as there is one sample. nn.BatchNorm(track_running_stats=False) gives it over
-    (N, C, ...): the same GroupNorm of the batch seen as one sample, (1, C, N * ...) with the
-    channels first. Not the planner's BatchNorm: an evaluation graph turns that to its running
-    statistics, which this module has none of (it normalises by the batch in eval() too)."""
+    channel, as there is one sample; BatchNorm(track_running_stats=False) over (N, C, ...),
+    in train() and eval() alike, is the same with the batch moved inside the one sample:
+    (C, N, ...) as (1, C, N * ...), normalised, and moved back (no BatchNorm op, so the
+    evaluation graph cannot switch it to running statistics it does not have)."""
     x = n.tensor(0)
     shape = n.shape(x)
-    if not n.arg(3, "training", True):
-        raise Unsupported(f"{n.op} (training=False without running statistics)")
-    if len(shape) < 2:
-        raise Unsupported(f"{n.op} (a {len(shape)}-D input: no channel axis)")
+    if len(shape) < 2 or not n.arg(3, "training", True):
+        raise Unsupported(f"{n.op} (without batch statistics)")
     w = _affine(n, n.arg(1, "weight"), shape[1:2], 1.0, x)
     b = _affine(n, n.arg(2, "bias"), shape[1:2], 0.0, x)
     attrs = {"groups": shape[1], "epsilon": float(n.arg(5, "eps"))}
-    one = len(shape) >= 3 and shape[0] == 1
-    if not one:  # (N, C, ...) -> (C, N, ...) -> (1, C, N * ...)
-        perm = [1, 0, *range(2, len(shape))]
-        x = n.emit1("Transpose", [x], {"perm": perm})
-        x = _reshape_to(n, x, (1, shape[1], math.prod(shape) // shape[1]))
-    y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
-    if not one:
-        y = _reshape_to(n, y, (shape[1], shape[0], *shape[2:]))
-        y = n.emit1("Transpose", [y], {"perm": perm})
-    return (y, UNAVAILABLE, UNAVAILABLE)
+    if len(shape) >= 3 and shape[0] == 1:
+        y = n.emit("GroupNorm", [x, w, b], attrs, n_out=3)[0]
+        return (y, UNAVAILABLE, UNAVAILABLE)
+    perm = [1, 0, *range(2, len(shape))]  # its own inverse
+    rows = math.prod(shape) // shape[1]
+    inside = _reshape_to(n, n.emit1("Transpose", [x], {"perm": perm}), (1, shape[1], rows))
+    y = n.emit("GroupNorm", [inside, w, b], attrs, n_out=3)[0]
+    back = _reshape_to(n, y, (shape[1], shape[0], *shape[2:]))
+    return (n.emit1("Transpose", [back], {"perm": perm}), UNAVAILABLE, UNAVAILABLE)
 
 
 @rule("aten.native_layer_norm.default")

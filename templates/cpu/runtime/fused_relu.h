@@ -23,8 +23,9 @@ namespace planner {
 inline float relu_value(float v) { return v > 0.f || v != v ? v : 0.f; }
 
 // ReluGrad's rule on one float32, the ReluGrad kernel's and every folded ReluGrad's (a
-// BatchNorm's, a sum's): np.where(r > 0, dy, 0) from the Relu's output r.
-inline float relu_grad_value(float dy, float r) { return r > 0.f ? dy : 0.f; }
+// BatchNorm's, a sum's): np.where(r <= 0, 0, dy) from the Relu's output r, PyTorch's
+// threshold_backward: a NaN r (a NaN input) passes dy, as it passes the NaN forward.
+inline float relu_grad_value(float dy, float r) { return r <= 0.f ? 0.f : dy; }
 
 // An op's folded activation (the `activation` attr): fused_activation.h's none or relu, or
 // leaky_relu with its slope (attr alpha): LeakyRelu's rule as its oneDNN kernel computes it

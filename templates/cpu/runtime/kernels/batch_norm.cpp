@@ -19,7 +19,7 @@
 // written (Relu's rule, fused_relu.h relu_value), and a folded ReluGrad evaluates the Relu's
 // output r again from x in every pass (`normalised`, the forward's own arithmetic on the saved
 // mean and invstd, scale and the BatchNorm's bias, its sixth input) and applies ReluGrad's rule
-// (r > 0 ? dy : 0): the same bits as the two ops apart, one image fewer to read. The loops
+// (r <= 0 ? 0 : dy): the same bits as the two ops apart, one image fewer to read. The loops
 // take both; other forms of the forward take the Relu as one pass after (fused_relu.h), and
 // the gradient's other forms refuse it (the fold makes none). A folded LeakyRelu
 // (`activation: leaky_relu`, attr alpha) is taken the same way with its rules (fused_relu.h's
@@ -415,7 +415,7 @@ class BatchNormGradLoops : public Kernel {
           return normalised(x[e], mean[c], invstd[c] * scale[c], bias[c]) > 0.f ? d : scaled;
         });
       }
-      // relu_value(v) > 0 exactly where v > 0 (NaN and -0 give neither), so ReluGrad's rule
+      // relu_value(v) <= 0 exactly where v <= 0 (a NaN is neither), so ReluGrad's rule
       // on v is its rule on the Relu's output; asked of relu_value's output, the NaN test in
       // it kept GCC from vectorizing the loops.
       return gradient(r, [=](int64_t e, int64_t c) {

@@ -45,9 +45,9 @@ KernelPtr relu(const Node& n) {
 }
 
 KernelPtr relu_grad(const Node& n) {
-  if (const uint16_t nan = low_nan(n))  // y > 0: sign clear, not zero, not NaN
+  if (const uint16_t nan = low_nan(n))  // not y <= 0: a NaN, or sign clear and not zero
     return map2_bits(n, [nan](uint16_t dy, uint16_t y) -> uint16_t {
-      return !(y & 0x8000) && y != 0 && y < nan ? dy : 0;
+      return (y & 0x7fff) >= nan || (!(y & 0x8000) && y != 0) ? dy : 0;
     });
   return widened(n, relu_grad_f32);
 }

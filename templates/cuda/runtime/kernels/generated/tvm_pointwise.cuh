@@ -33631,7 +33631,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_ReluGrad_ff_f_r0_b128_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ld1_local_ptr[0]) {
+    if ((0x0p+0f/*0.000000e+00*/ < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) {
       condval = ld0_local_ptr[0];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -33652,7 +33652,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_ReluGrad_ff_f_r0_b256_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ld1_local_ptr[0]) {
+    if ((0x0p+0f/*0.000000e+00*/ < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) {
       condval = ld0_local_ptr[0];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -33673,7 +33673,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_ff_f_r0_b512_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ld1_local_ptr[0]) {
+    if ((0x0p+0f/*0.000000e+00*/ < ld1_local_ptr[0]) || (ld1_local_ptr[0] != ld1_local_ptr[0])) {
       condval = ld0_local_ptr[0];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;

@@ -2162,7 +2162,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_ReluGrad_EE_E_r0_b128_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) {
+    if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) || (((float)ld1_local_ptr[0]) != ((float)ld1_local_ptr[0]))) {
       condval = ((float)ld0_local_ptr[0]);
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -2183,7 +2183,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_ReluGrad_EE_E_r0_b256_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) {
+    if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) || (((float)ld1_local_ptr[0]) != ((float)ld1_local_ptr[0]))) {
       condval = ((float)ld0_local_ptr[0]);
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -2204,7 +2204,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_EE_E_r0_b512_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) {
+    if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) || (((float)ld1_local_ptr[0]) != ((float)ld1_local_ptr[0]))) {
       condval = ((float)ld0_local_ptr[0]);
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -2214,107 +2214,74 @@ extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_EE_E_r0_b512_kern
 }
 
 extern "C" __global__ void __launch_bounds__(128) tvm_ReluGrad_EE_E_r0_v2_b128_kernel(nv_bfloat16* in0_ptr, nv_bfloat16* in1_ptr, nv_bfloat16* out_ptr, int64_t n) {
-  alignas(64) nv_bfloat162 ld0_local_ptr[1];
-  alignas(64) nv_bfloat162 ld1_local_ptr[1];
+  alignas(64) nv_bfloat16 ld0_local_ptr[2];
+  alignas(64) nv_bfloat16 ld1_local_ptr[2];
   int64_t cse_v2 = ((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x));
   int64_t cse_v3 = ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2));
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    ld0_local_ptr[0] = *(nv_bfloat162*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(nv_bfloat162*)(ld0_local_ptr + 0) = *(nv_bfloat162*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    ld1_local_ptr[0] = *(nv_bfloat162*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(nv_bfloat162*)(ld1_local_ptr + 0) = *(nv_bfloat162*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    nv_bfloat162 __1;
-    float2 __2;
-    ushort2 __3;
-      float2 v_ = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      float2 __4;
-      nv_bfloat162 v__1 = ld1_local_ptr[0];
-      __4.x = (float)(v__1.x);
-      __4.y = (float)(v__1.y);
-      __3.x = (v_.x<__4.x);
-      __3.y = (v_.y<__4.y);
-    float2 __5;
-    nv_bfloat162 v__2 = ld0_local_ptr[0];
-    __5.x = (float)(v__2.x);
-    __5.y = (float)(v__2.y);
-    float2 v__3 = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-    __2.x = (bool(__3.x)?__5.x:v__3.x);
-    __2.y = (bool(__3.y)?__5.y:v__3.y);
-    __1.x = (nv_bfloat16)(__2.x);
-    __1.y = (nv_bfloat16)(__2.y);
-    *(nv_bfloat162*)(out_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2))) = __1;
+    for (int i1_s = 0; i1_s < 2; ++i1_s) {
+      float condval;
+      if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[i1_s])) || (((float)ld1_local_ptr[i1_s]) != ((float)ld1_local_ptr[i1_s]))) {
+        condval = ((float)ld0_local_ptr[i1_s]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      out_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)) + ((int64_t)i1_s))] = ((nv_bfloat16)condval);
+    }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(256) tvm_ReluGrad_EE_E_r0_v2_b256_kernel(nv_bfloat16* in0_ptr, nv_bfloat16* in1_ptr, nv_bfloat16* out_ptr, int64_t n) {
-  alignas(64) nv_bfloat162 ld0_local_ptr[1];
-  alignas(64) nv_bfloat162 ld1_local_ptr[1];
+  alignas(64) nv_bfloat16 ld0_local_ptr[2];
+  alignas(64) nv_bfloat16 ld1_local_ptr[2];
   int64_t cse_v2 = ((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x));
   int64_t cse_v3 = ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2));
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    ld0_local_ptr[0] = *(nv_bfloat162*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(nv_bfloat162*)(ld0_local_ptr + 0) = *(nv_bfloat162*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    ld1_local_ptr[0] = *(nv_bfloat162*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(nv_bfloat162*)(ld1_local_ptr + 0) = *(nv_bfloat162*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    nv_bfloat162 __1;
-    float2 __2;
-    ushort2 __3;
-      float2 v_ = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      float2 __4;
-      nv_bfloat162 v__1 = ld1_local_ptr[0];
-      __4.x = (float)(v__1.x);
-      __4.y = (float)(v__1.y);
-      __3.x = (v_.x<__4.x);
-      __3.y = (v_.y<__4.y);
-    float2 __5;
-    nv_bfloat162 v__2 = ld0_local_ptr[0];
-    __5.x = (float)(v__2.x);
-    __5.y = (float)(v__2.y);
-    float2 v__3 = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-    __2.x = (bool(__3.x)?__5.x:v__3.x);
-    __2.y = (bool(__3.y)?__5.y:v__3.y);
-    __1.x = (nv_bfloat16)(__2.x);
-    __1.y = (nv_bfloat16)(__2.y);
-    *(nv_bfloat162*)(out_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2))) = __1;
+    for (int i1_s = 0; i1_s < 2; ++i1_s) {
+      float condval;
+      if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[i1_s])) || (((float)ld1_local_ptr[i1_s]) != ((float)ld1_local_ptr[i1_s]))) {
+        condval = ((float)ld0_local_ptr[i1_s]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      out_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)) + ((int64_t)i1_s))] = ((nv_bfloat16)condval);
+    }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_EE_E_r0_v2_b512_kernel(nv_bfloat16* in0_ptr, nv_bfloat16* in1_ptr, nv_bfloat16* out_ptr, int64_t n) {
-  alignas(64) nv_bfloat162 ld0_local_ptr[1];
-  alignas(64) nv_bfloat162 ld1_local_ptr[1];
+  alignas(64) nv_bfloat16 ld0_local_ptr[2];
+  alignas(64) nv_bfloat16 ld1_local_ptr[2];
   int64_t cse_v2 = ((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x));
   int64_t cse_v3 = ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2));
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    ld0_local_ptr[0] = *(nv_bfloat162*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(nv_bfloat162*)(ld0_local_ptr + 0) = *(nv_bfloat162*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    ld1_local_ptr[0] = *(nv_bfloat162*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(nv_bfloat162*)(ld1_local_ptr + 0) = *(nv_bfloat162*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    nv_bfloat162 __1;
-    float2 __2;
-    ushort2 __3;
-      float2 v_ = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      float2 __4;
-      nv_bfloat162 v__1 = ld1_local_ptr[0];
-      __4.x = (float)(v__1.x);
-      __4.y = (float)(v__1.y);
-      __3.x = (v_.x<__4.x);
-      __3.y = (v_.y<__4.y);
-    float2 __5;
-    nv_bfloat162 v__2 = ld0_local_ptr[0];
-    __5.x = (float)(v__2.x);
-    __5.y = (float)(v__2.y);
-    float2 v__3 = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-    __2.x = (bool(__3.x)?__5.x:v__3.x);
-    __2.y = (bool(__3.y)?__5.y:v__3.y);
-    __1.x = (nv_bfloat16)(__2.x);
-    __1.y = (nv_bfloat16)(__2.y);
-    *(nv_bfloat162*)(out_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2))) = __1;
+    for (int i1_s = 0; i1_s < 2; ++i1_s) {
+      float condval;
+      if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[i1_s])) || (((float)ld1_local_ptr[i1_s]) != ((float)ld1_local_ptr[i1_s]))) {
+        condval = ((float)ld0_local_ptr[i1_s]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      out_ptr[(((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)) + ((int64_t)i1_s))] = ((nv_bfloat16)condval);
+    }
   }
 }
 
@@ -2330,7 +2297,7 @@ extern "C" __global__ void __launch_bounds__(128) tvm_ReluGrad_ee_e_r0_b128_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) {
+    if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) || (((float)ld1_local_ptr[0]) != ((float)ld1_local_ptr[0]))) {
       condval = ((float)ld0_local_ptr[0]);
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -2351,7 +2318,7 @@ extern "C" __global__ void __launch_bounds__(256) tvm_ReluGrad_ee_e_r0_b256_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) {
+    if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) || (((float)ld1_local_ptr[0]) != ((float)ld1_local_ptr[0]))) {
       condval = ((float)ld0_local_ptr[0]);
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -2372,7 +2339,7 @@ extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_ee_e_r0_b512_kern
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
     float condval;
-    if (0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) {
+    if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[0])) || (((float)ld1_local_ptr[0]) != ((float)ld1_local_ptr[0]))) {
       condval = ((float)ld0_local_ptr[0]);
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
@@ -2382,107 +2349,74 @@ extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_ee_e_r0_b512_kern
 }
 
 extern "C" __global__ void __launch_bounds__(128) tvm_ReluGrad_ee_e_r0_v2_b128_kernel(half* in0_ptr, half* in1_ptr, half* out_ptr, int64_t n) {
-  alignas(64) half2 ld0_local_ptr[1];
-  alignas(64) half2 ld1_local_ptr[1];
+  alignas(64) half ld0_local_ptr[2];
+  alignas(64) half ld1_local_ptr[2];
   int64_t cse_v2 = ((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x));
   int64_t cse_v3 = ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2));
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    ld0_local_ptr[0] = *(half2*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(half2*)(ld0_local_ptr + 0) = *(half2*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    ld1_local_ptr[0] = *(half2*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(half2*)(ld1_local_ptr + 0) = *(half2*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)128) + ((int64_t)threadIdx.x)) < n) {
-    half2 __1;
-    float2 __2;
-    ushort2 __3;
-      float2 v_ = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      float2 __4;
-      half2 v__1 = ld1_local_ptr[0];
-      __4.x = (float)(v__1.x);
-      __4.y = (float)(v__1.y);
-      __3.x = (v_.x<__4.x);
-      __3.y = (v_.y<__4.y);
-    float2 __5;
-    half2 v__2 = ld0_local_ptr[0];
-    __5.x = (float)(v__2.x);
-    __5.y = (float)(v__2.y);
-    float2 v__3 = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-    __2.x = (bool(__3.x)?__5.x:v__3.x);
-    __2.y = (bool(__3.y)?__5.y:v__3.y);
-    __1.x = (half)(__2.x);
-    __1.y = (half)(__2.y);
-    *(half2*)(out_ptr + ((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2))) = __1;
+    for (int i1_s = 0; i1_s < 2; ++i1_s) {
+      float condval;
+      if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[i1_s])) || (((float)ld1_local_ptr[i1_s]) != ((float)ld1_local_ptr[i1_s]))) {
+        condval = ((float)ld0_local_ptr[i1_s]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      out_ptr[(((((int64_t)blockIdx.x) * (int64_t)256) + (((int64_t)threadIdx.x) * (int64_t)2)) + ((int64_t)i1_s))] = ((half)condval);
+    }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(256) tvm_ReluGrad_ee_e_r0_v2_b256_kernel(half* in0_ptr, half* in1_ptr, half* out_ptr, int64_t n) {
-  alignas(64) half2 ld0_local_ptr[1];
-  alignas(64) half2 ld1_local_ptr[1];
+  alignas(64) half ld0_local_ptr[2];
+  alignas(64) half ld1_local_ptr[2];
   int64_t cse_v2 = ((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x));
   int64_t cse_v3 = ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2));
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    ld0_local_ptr[0] = *(half2*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(half2*)(ld0_local_ptr + 0) = *(half2*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    ld1_local_ptr[0] = *(half2*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(half2*)(ld1_local_ptr + 0) = *(half2*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)256) + ((int64_t)threadIdx.x)) < n) {
-    half2 __1;
-    float2 __2;
-    ushort2 __3;
-      float2 v_ = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      float2 __4;
-      half2 v__1 = ld1_local_ptr[0];
-      __4.x = (float)(v__1.x);
-      __4.y = (float)(v__1.y);
-      __3.x = (v_.x<__4.x);
-      __3.y = (v_.y<__4.y);
-    float2 __5;
-    half2 v__2 = ld0_local_ptr[0];
-    __5.x = (float)(v__2.x);
-    __5.y = (float)(v__2.y);
-    float2 v__3 = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-    __2.x = (bool(__3.x)?__5.x:v__3.x);
-    __2.y = (bool(__3.y)?__5.y:v__3.y);
-    __1.x = (half)(__2.x);
-    __1.y = (half)(__2.y);
-    *(half2*)(out_ptr + ((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2))) = __1;
+    for (int i1_s = 0; i1_s < 2; ++i1_s) {
+      float condval;
+      if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[i1_s])) || (((float)ld1_local_ptr[i1_s]) != ((float)ld1_local_ptr[i1_s]))) {
+        condval = ((float)ld0_local_ptr[i1_s]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      out_ptr[(((((int64_t)blockIdx.x) * (int64_t)512) + (((int64_t)threadIdx.x) * (int64_t)2)) + ((int64_t)i1_s))] = ((half)condval);
+    }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(512) tvm_ReluGrad_ee_e_r0_v2_b512_kernel(half* in0_ptr, half* in1_ptr, half* out_ptr, int64_t n) {
-  alignas(64) half2 ld0_local_ptr[1];
-  alignas(64) half2 ld1_local_ptr[1];
+  alignas(64) half ld0_local_ptr[2];
+  alignas(64) half ld1_local_ptr[2];
   int64_t cse_v2 = ((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x));
   int64_t cse_v3 = ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2));
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    ld0_local_ptr[0] = *(half2*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(half2*)(ld0_local_ptr + 0) = *(half2*)(in0_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    ld1_local_ptr[0] = *(half2*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
+    *(half2*)(ld1_local_ptr + 0) = *(half2*)(in1_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)));
   }
   if (((((int64_t)blockIdx.x) * (int64_t)512) + ((int64_t)threadIdx.x)) < n) {
-    half2 __1;
-    float2 __2;
-    ushort2 __3;
-      float2 v_ = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      float2 __4;
-      half2 v__1 = ld1_local_ptr[0];
-      __4.x = (float)(v__1.x);
-      __4.y = (float)(v__1.y);
-      __3.x = (v_.x<__4.x);
-      __3.y = (v_.y<__4.y);
-    float2 __5;
-    half2 v__2 = ld0_local_ptr[0];
-    __5.x = (float)(v__2.x);
-    __5.y = (float)(v__2.y);
-    float2 v__3 = make_float2(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-    __2.x = (bool(__3.x)?__5.x:v__3.x);
-    __2.y = (bool(__3.y)?__5.y:v__3.y);
-    __1.x = (half)(__2.x);
-    __1.y = (half)(__2.y);
-    *(half2*)(out_ptr + ((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2))) = __1;
+    for (int i1_s = 0; i1_s < 2; ++i1_s) {
+      float condval;
+      if ((0x0p+0f/*0.000000e+00*/ < ((float)ld1_local_ptr[i1_s])) || (((float)ld1_local_ptr[i1_s]) != ((float)ld1_local_ptr[i1_s]))) {
+        condval = ((float)ld0_local_ptr[i1_s]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      out_ptr[(((((int64_t)blockIdx.x) * (int64_t)1024) + (((int64_t)threadIdx.x) * (int64_t)2)) + ((int64_t)i1_s))] = ((half)condval);
+    }
   }
 }
 
