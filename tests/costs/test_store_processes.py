@@ -134,11 +134,11 @@ def test_two_plans_at_once_on_an_empty_store_measure_each_signature_once(tmp_pat
     store.write_text(text[:cut])
     err = _plan(cache, tmp_path / "d.json")
     warned = [line for line in err.splitlines() if "warning" in line]
+    line, column = text[:cut].count("\n") + 1, cut - text[:cut].rfind("\n")
     assert warned == [f"planner: warning: {store}: not a valid cost store (not valid JSON "
-                      f"(line {text[:cut].count(chr(10)) + 1} column "
-                      f"{cut - text[:cut].rfind(chr(10))}: Expecting property name enclosed in double "
-                      f"quotes)); kept 3 of its "
-                      f"4 measurement(s), the rest measured again"], err
+                      f"(line {line} column {column}: Expecting property name enclosed in "
+                      f"double quotes)); kept 3 of its 4 measurement(s), the rest measured "
+                      f"again"], err
     assert _measured(err) == len(keys) + len(data["timeless"]) - 3
     rebuilt = json.loads(store.read_text(), object_pairs_hook=_unique_pairs)
     assert [e["signature"] for e in rebuilt["table"]["entries"]] == keys
