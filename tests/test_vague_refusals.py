@@ -91,6 +91,10 @@ def test_an_out_dir_that_is_a_file_names_out_dir(tmp_path):
     assert str(e.value) == (f"out_dir {str(taken)!r}: is a file, not a folder; name a folder "
                             f"for the executors' sources")
     assert taken.read_text() == "the user's file\n"  # untouched
+    compiled = torch.compile(model, backend="planner", options={"fallback": False,
+                                                                "out_dir": str(taken)})
+    with pytest.raises(UserError, match=f"^out_dir {str(taken)!r}: is a file, not a folder"):
+        compiled(torch.ones(2, 3))
     below = taken / "sub"
     with pytest.raises(UserError, match=f"^out_dir {str(below)!r}: cannot be made \\(Not a "
                                         "directory\\)$"):
