@@ -48,6 +48,12 @@ figures fitted from its own step (26.44 against 25.30 ms: bench/RESULTS.md). A s
 not fitted (a data-parallel one: its collectives need the process group) is priced by the
 figures fitted last.
 
+The store is read, measured and written back under its lock, so processes planning at once
+take turns (one measures, the others read what it kept). A store that is not a valid one (cut
+short, edited, hostile: read_store) is refused in one warning line, what it holds that is valid
+on its own kept (store_salvage) and the rest measured again; a write that fails (a full disk,
+a read-only cache) leaves the plan priced by the measurements all the same, with one line.
+
 The plan is priced by the store's entries for its signatures only (and its step's contention
 figures), so it depends on what was measured for it, not on what else the store holds.
 

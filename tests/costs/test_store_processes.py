@@ -71,10 +71,11 @@ def _env(cache: Path | None, **extra: str) -> dict[str, str]:
     return env
 
 
-def _start(cache: Path | None, out: Path, prefix: tuple[str, ...] = (), **extra: str
-           ) -> subprocess.Popen:
-    return subprocess.Popen([*prefix, *_argv(out)], cwd=out.parent, env=_env(cache, **extra),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(cache: Path | None, out: Path, prefix: tuple[str, ...] = (), spec: str = SPEC,
+           **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([*prefix, *_argv(out, spec)], cwd=out.parent,
+                            env=_env(cache, **extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _plan(cache: Path | None, out: Path, prefix: tuple[str, ...] = (), code: int = 0,
@@ -98,6 +99,13 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
+def _key(entry: dict) -> str:
+    """A store entry's signature key (what a plan's summary lists)."""
+    from planner.costs.records import CostEntry
+
+    return CostEntry.model_validate(entry).key
+
+
 def _measured(err: str) -> int:
     """How many signatures a plan said it measured (planner/cli/plan.py's line)."""
     found = re.findall(r"measured (\d+) signature\(s\) on this host", err)
@@ -106,15 +114,18 @@ def _measured(err: str) -> int:
 
 def test_two_plans_at_once_on_an_empty_store_measure_each_signature_once(tmp_path):
     cache = _cache_with_runtime(tmp_path / "cache")
-    a, b, c = (tmp_path / f"{k}.json" for k in "abc")
-    children = [_start(cache, a), _start(cache, b)]
+    a, b, c, other = (tmp_path / f"{k}.json" for k in ("a", "b", "c", "other"))
+    # Two of one graph, and beside them one of another that shares its first layer's kernels.
+    children = [_start(cache, a), _start(cache, b),
+                _start(cache, other, spec=SPEC.replace("classes=2", "classes=3"))]
     errs = []
     for child in children:
         _, err = child.communicate(timeout=600)
         assert child.returncode == 0 and "Traceback" not in err, err
         errs.append(err)
-    # One measured while the other waited on the store's lock, then read what it kept.
-    assert sum("measuring costs on this host" in e for e in errs) == 1, errs
+    # Of the two alike, one measured while the other waited on the store's lock, then read
+    # what it kept; no signature measured twice, none lost, whoever went first.
+    assert sum("measuring costs on this host" in e for e in errs[:2]) == 1, errs
     data = json.loads(_store(cache).read_text(), object_pairs_hook=_unique_pairs)
     keys = [e["signature"] for e in data["table"]["entries"]]
     assert len({json.dumps(k, sort_keys=True) for k in keys}) == len(keys)
@@ -124,8 +135,8 @@ def test_two_plans_at_once_on_an_empty_store_measure_each_signature_once(tmp_pat
     third = _plan(cache, c)
     assert "measuring" not in third and "lane(s)" not in third, third
     assert c.read_text() == a.read_text()
-    # A store cut short (inside its fourth entry): one warning line naming it, and only the
-    # entries lost measured again.
+    # A store cut short (inside its fourth entry): one warning line naming it, and of the
+    # graph's signatures only those cut off measured again; the rest of the store was lost.
     store = _store(cache)
     text = store.read_text()
     cut = text.index('"signature"', text.index('"entries"'))
@@ -138,10 +149,14 @@ def test_two_plans_at_once_on_an_empty_store_measure_each_signature_once(tmp_pat
     assert warned == [f"planner: warning: {store}: not a valid cost store (not valid JSON "
                       f"(line {line} column {column}: Expecting property name enclosed in "
                       f"double quotes)); kept 3 of its 4 measurement(s), the rest measured "
-                      f"again"], err
-    assert _measured(err) == len(keys) + len(data["timeless"]) - 3
+                      f"again"], err  # 4: the fourth cut inside, the rest not read
+    summary = json.loads(a.read_text())["summary"]
+    measured_a = set(summary["measured_signatures"])
+    wanted = measured_a | set(summary.get("modelled_signatures", ()))
+    first3 = {_key(e) for e in data["table"]["entries"][:3]}
+    assert _measured(err) == len(wanted - first3)
     rebuilt = json.loads(store.read_text(), object_pairs_hook=_unique_pairs)
-    assert [e["signature"] for e in rebuilt["table"]["entries"]] == keys
+    assert {_key(e) for e in rebuilt["table"]["entries"]} == first3 | measured_a
 
 
 def test_a_full_disk_mid_write_still_makes_the_plan_with_one_warning(tmp_path):
@@ -188,9 +203,7 @@ def test_a_read_only_cache_plans_from_what_it_holds_said_in_one_line(tmp_path):
     assert again.read_text() == first.read_text()
     # A graph with kernels the store lacks: measured, priced, not kept, one line.
     other = tmp_path / "c.json"
-    child = subprocess.Popen([*prefix, *_argv(other, SPEC.replace("classes=2", "classes=3"))],
-                             cwd=tmp_path, env=_env(cache), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = _start(cache, other, prefix, spec=SPEC.replace("classes=2", "classes=3"))
     _, err = child.communicate(timeout=600)
     assert child.returncode == 0 and "Traceback" not in err, err
     said = [line for line in err.splitlines() if line.startswith("planner: ")]
