@@ -23,6 +23,7 @@ from types import ModuleType
 from codegen.build import BuildResult, Progress, build
 from codegen.load import load
 from codegen.render import render
+from planner.errors import UserError
 from planner.io.disk_cache import mark_used, max_bytes, packages_root, prune
 from planner.io.write import folder_lock
 from planner.plan import Plan
@@ -34,6 +35,8 @@ def load_built(plan: Plan, folder: Path | None, name: str,
     built where it changed, and imported; with the build's result (`cached`: nothing was
     compiled)."""
     shared = folder is None
+    if folder is not None:
+        check_out_dir(folder)
     out = (packages_root() if shared else folder) / name
     with folder_lock(out):  # two processes of one plan take turns to write it
         result = build(render(plan, out), progress=progress)
@@ -43,6 +46,19 @@ def load_built(plan: Plan, folder: Path | None, name: str,
     if shared and not result.cached:
         _bounded(result.runtime, progress)
     return module, result
+
+
+def check_out_dir(folder: Path) -> None:
+    """UserError in one line naming `folder` (the caller's out_dir) where it cannot hold the
+    executors' sources: a file or another non-folder in its place, or a path that cannot be
+    made (a file among its parents, a read-only parent)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"out_dir {str(folder)!r}: is a file, not a folder; name a folder for "
+                        f"the executors' sources") from None
+    except OSError as e:
+        raise UserError(f"out_dir {str(folder)!r}: cannot be made ({e.strerror or e})") from None
 
 
 def _bounded(runtime: Path, progress: Progress | None) -> None:

@@ -48,6 +48,12 @@ figures fitted from its own step (26.44 against 25.30 ms: bench/RESULTS.md). A s
 not fitted (a data-parallel one: its collectives need the process group) is priced by the
 figures fitted last.
 
+The store is read, measured and written back under its lock, so processes planning at once
+take turns (one measures, the others read what it kept). A store that is not a valid one (cut
+short, edited, hostile: read_store) is refused in one warning line, what it holds that is valid
+on its own kept (store_salvage) and the rest measured again; a write that fails (a full disk,
+a read-only cache) leaves the plan priced by the measurements all the same, with one line.
+
 The plan is priced by the store's entries for its signatures only (and its step's contention
 figures), so it depends on what was measured for it, not on what else the store holds.
 
@@ -73,13 +79,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import math
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Annotated, Any, TextIO
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from planner.costs.conv_layouts import profiled_signatures
 from planner.costs.records import HOST_FIGURES, CostEntry, CostTable, CpuSample
@@ -111,6 +120,19 @@ from planner.target.records import Target
 CORUN_FIT = 5
 
 
+# A load as kept (load.py: the other processes' runnable threads per logical CPU): a finite
+# share, never negative; past a million threads per CPU it was not measured. A store's NaN
+# load would never compare busy, an infinite one never quiet: refused where the store is read.
+MAX_LOAD = 1e6
+Load = Annotated[float, Field(ge=0.0, le=MAX_LOAD, allow_inf_nan=False)]
+
+
+def valid_load(value: Any) -> bool:
+    """Whether `value` is a load a store may keep (Load)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and 0.0 <= value <= MAX_LOAD)
+
+
 # (signatures, target, progress) -> a cost table of them measured on this machine.
 Measure = Callable[[Sequence[OpSignature], Target, "TextIO | None"], CostTable]
 # (a step's graph, target, its cost table, progress) -> the host's co-running figures
@@ -123,15 +145,15 @@ class HostCosts(Record):
     was measured under (module docstring)."""
 
     table: CostTable
-    loads: dict[str, float] = Field(default_factory=dict)
+    loads: dict[str, Load] = Field(default_factory=dict)
     # Signatures measured that gave no time (a view's kernel does nothing): the model prices
     # them, and they are not measured again.
     timeless: tuple[str, ...] = ()
     # The load the table's contention figures (the ones fitted last, from a step's
     # co-running lanes: host_table's `corun`) were fitted under; None while none was.
-    corun_load: float | None = None
+    corun_load: Load | None = None
     # The fit (CORUN_FIT) that gave them.
-    corun_fit: int = 0
+    corun_fit: int = Field(default=0, ge=0)
     # Per step (`step_key`), the figures fitted from it.
     fits: dict[str, StepFit] = Field(default_factory=dict)
 
@@ -197,8 +219,18 @@ class StepFit(Record):
     were fitted under and the fit (CORUN_FIT) that gave them."""
 
     figures: dict[str, float] = Field(default_factory=dict)
-    load: float
-    fit: int = CORUN_FIT
+    load: Load
+    fit: int = Field(default=CORUN_FIT, ge=0)
+
+    @field_validator("figures")
+    @classmethod
+    def _host_figures(cls, v: dict[str, float]) -> dict[str, float]:
+        # The table's own bounds (records.CostTable): a kept fit prices plans as one would.
+        unknown = sorted(set(v) - set(HOST_FIGURES))
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a contention figure")
+        CostTable(target="host", **v)
+        return v
 
 
 def step_key(graph: Graph) -> str:
@@ -262,17 +294,77 @@ def store_path(target: Target, kernels: str = "") -> Path:
     return cache_root() / "costs" / f"{host_key(target, kernels)}.json"
 
 
-def read_store(target: Target, kernels: str = "") -> HostCosts:
+# The largest store read: a few thousand signatures are a few MB; a file past this was not
+# written by a plan, and reading it would hold it all in memory.
+MAX_STORE_BYTES = 256 * 2**20
+
+
+def read_store(target: Target, kernels: str = "", progress: TextIO | None = None) -> HostCosts:
     """The host's kept costs (of the kernel library `kernels`: host_key); an empty store
-    when there are none or the file is not one (it is measured again and replaced)."""
-    path = store_path(target, kernels)
-    empty = HostCosts(table=CostTable(target=target.name))
-    with contextlib.suppress(OSError, ValueError, ValidationError):
-        if path.is_file():
-            kept = HostCosts.model_validate_json(path.read_text(encoding="utf-8"))
-            if kept.table.target == target.name:
-                return kept
-    return empty
+    when there are none. A file that is not a valid store (cut short, edited, another
+    target's, NaN or negative times) is refused in one warning line on `progress` (default:
+    stderr) naming it, and what it holds that is valid on its own is kept (store_salvage):
+    the rest is measured again and the store written back whole."""
+    kept, problem = _read_store(store_path(target, kernels), target.name)
+    if problem:
+        _warn(progress, f"planner: warning: {store_path(target, kernels)}: {problem}")
+    return kept
+
+
+def _read_store(path: Path, target: str) -> tuple[HostCosts, str]:
+    """The store at `path` and, where it is not a valid one, what was wrong and what was kept
+    (one line); a missing store is an empty one, nothing wrong."""
+    from planner.costs.store_salvage import json_prefix, salvage
+    from planner.io.read import check_utf8, describe_validation_error
+
+    empty = HostCosts(table=CostTable(target=target))
+    try:
+        if not path.is_file():
+            return empty, ""
+        with path.open("rb") as f:
+            data = f.read(MAX_STORE_BYTES + 1)
+    except OSError as e:
+        return empty, f"cannot read the cost store ({e.strerror or e}); measuring anew"
+    if len(data) > MAX_STORE_BYTES:
+        return empty, (f"cost store larger than {MAX_STORE_BYTES // 2**20} MiB: not one a plan "
+                       "wrote; measured anew and replaced")
+    why = ""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:  # read on with the bad bytes replaced: the rest is kept
+        why = f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        text = data.decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        why = why or f"not valid JSON (line {e.lineno} column {e.colno}: {e.msg})"
+        parsed = json_prefix(text)
+    except RecursionError:
+        why, parsed = why or "JSON nested too deeply", None
+    if not why:
+        try:
+            check_utf8(parsed, "store")
+            whole = HostCosts.model_validate(parsed)
+            if whole.table.target == target:
+                return whole, ""
+            why = f"holds the costs of target {whole.table.target!r}, not {target!r}"
+        except ValidationError as e:
+            why = describe_validation_error(e)
+        except UserError as e:
+            why = str(e).removeprefix("store: ")
+    salvaged, listed = salvage(parsed, target)
+    return salvaged, (f"not a valid cost store ({_printable(why)}); kept {len(salvaged.table)} "
+                      f"of its {listed} measurement(s), the rest measured again")
+
+
+def _printable(text: str, most: int = 160) -> str:
+    """`text` (which may quote the file's own keys) as one line of printable characters."""
+    line = "".join(c if c.isprintable() else "?" for c in text)
+    return line if len(line) <= most else line[:most] + "..."
+
+
+def _warn(progress: TextIO | None, line: str) -> None:
+    print(line, file=progress if progress is not None else sys.stderr, flush=True)
 
 
 class HostPricing(Record):
@@ -309,8 +401,11 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
     check_target(path)
     # Two plans on one host take turns; a read-only cache is read unlocked (its lock file
     # cannot be made), and plans from what it holds.
-    with folder_lock_if_writable(path.parent / path.stem):
-        store = read_store(target, kernels)
+    unkept = ""
+    with folder_lock_if_writable(path.parent / path.stem) as writable:
+        store, problem = _read_store(path, target.name)
+        if problem:  # said before the measuring it causes
+            _warn(progress, f"planner: warning: {path}: {problem}")
         step = step_key(graphs[0])
         now = load if load is not None else _load_to_decide(store, wanted, step)
         missing = store.to_measure(wanted, now)
@@ -326,36 +421,42 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
             clock = CpuClock()
             figures = corun(graphs[0], target, store.for_signatures(wanted, step), progress)
             store = store.fitted(step, figures, _during(clock, load, now))
-        if missing or fit:
-            _keep_store(path, store, progress)
+        if missing or fit or problem:  # a damaged store is written back whole
+            unkept = _keep_store(path, store)
+    if unkept:
+        _warn(progress, f"planner: warning: {unkept}; the measurements price this plan but "
+                        "are not kept")
+    elif not writable:
+        _warn(progress, f"planner: note: {path.parent} cannot be written: this plan is priced "
+                        f"by the measurements kept there, and nothing new is kept")
     fresh = {s.key for s in missing}
     table = store.for_signatures(wanted, step)
-    _keep_table(table, progress)
+    _keep_table(table, progress, said=unkept or not writable)
     return HostPricing(table=table,
                        measured=tuple(sorted(fresh)),
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
 
 
-def _keep_store(path: Path, store: HostCosts, progress: TextIO | None) -> None:
-    """`store` written to `path`, or a warning: a full disk, a read-only cache, and this plan
-    is still priced by what was measured."""
+def _keep_store(path: Path, store: HostCosts) -> str:
+    """`store` written to `path`; what went wrong, or "": a full disk, a read-only cache, and
+    this plan is still priced by what was measured."""
     try:
         atomic_write(path, canonical_json(store.model_dump(mode="json", exclude_none=True)))
     except OSError as e:
-        if progress is not None:
-            print(f"planner: warning: {e}; the measurements price this plan but are "
-                  "not kept", file=progress)
+        return str(e)
+    return ""
 
 
-def _keep_table(table: CostTable, progress: TextIO | None) -> None:
-    """The plan's table kept for `planner explain`, or a warning: a read-only cache plans all
-    the same (explain lacks the table)."""
+def _keep_table(table: CostTable, progress: TextIO | None, said: bool) -> None:
+    """The plan's table kept for `planner explain`, or a warning (unless the cache was `said`
+    to be unwritable already): a read-only cache plans all the same (explain lacks the
+    table)."""
     try:
         keep_priced(table)
     except OSError as e:
-        if progress is not None:
-            print(f"planner: warning: {e}; `planner explain` will not find this plan's "
-                  "cost table", file=progress)
+        if not said:
+            _warn(progress, f"planner: warning: {e}; `planner explain` will not find this "
+                            "plan's cost table")
 
 
 def priced_path(sha256: str) -> Path:

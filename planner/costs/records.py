@@ -46,19 +46,26 @@ Seconds = float
 # a step priced with it is no longer a finite sum of its ops' times (1e300 s makes every
 # start time equal, every buffer live at once): refused by name where a table is read.
 SECONDS = {"ge": 1e-12, "le": 3600.0}
+# A dimensionless co-running figure (kappa, sigma, team scale): a factor no run comes near a
+# thousand of; an infinite one would price every co-running step as never ending.
+FACTOR = {"ge": 0.0, "le": 1e3, "allow_inf_nan": False}
+# The most threads a sample may name, and the most scratch bytes (a pebibyte, past any
+# machine's memory): a sample beyond either was not measured.
+MAX_THREADS = 1 << 16
+MAX_SCRATCH = 1 << 50
 
 
 class CpuSample(Record):
     """Median seconds of one run with `threads` threads placed with `affinity`."""
 
-    threads: int = Field(ge=1)
+    threads: int = Field(ge=1, le=MAX_THREADS)
     affinity: Affinity
     seconds: Seconds = Field(**SECONDS)
     repeats: int = Field(default=1, ge=1)
     # Bytes of scratch the kernel asked for at this placement (layout temporaries and library
     # scratchpads: the executor's stats()), None where not measured. Plans size the op's
     # scratch area by it in place of the op's analytical bound (planner.memory.scratch).
-    scratch_bytes: int | None = Field(default=None, ge=0)
+    scratch_bytes: int | None = Field(default=None, ge=0, le=MAX_SCRATCH)
 
 
 class ConvAlgoSample(Record):
@@ -143,23 +150,25 @@ class CostTable(Record):
     # How strongly co-running ops slow each other by sharing memory bandwidth: the simulator's
     # kappa (planner.schedule.contention), fitted to a step measured with every lane
     # co-running. None: not measured, plans simulate without contention.
-    contention: float | None = Field(default=None, ge=0)
+    contention: float | None = Field(default=None, **FACTOR)
     # How much slower any op runs while ops run on all the other cores, whatever it moves
     # (shared last-level cache, clocks, a VM's host hyper-threads, the lanes' hand-offs): the
     # simulator's sigma, fitted so that it prices the co-running step as it ran
     # (codegen.profiling.step_contention). None: not measured.
-    corun_slowdown: float | None = Field(default=None, ge=0)
+    corun_slowdown: float | None = Field(default=None, **FACTOR)
     # How long an op starts after its last wait ended on another lane (that lane's thread
     # sleeps and is woken): the simulator's hand-off, the median of a co-running step's
     # (codegen.profiling.step_contention). None: not measured, hand-offs priced at 0.
-    handoff_seconds: float | None = Field(default=None, ge=0)
+    handoff_seconds: float | None = Field(default=None, ge=0, le=SECONDS["le"],
+                                          allow_inf_nan=False)
     # How much slower a step runs its ops on a team of all the cores than the entries' times
     # say, over the same for one thread (codegen.profiling.team_scale): the one-op harness
     # keeps a mid-size op's operands in the caches of every core it measures on, so its
     # multi-thread times can sit under (or over) a step's by a share its one-thread times do
     # not. A measured time on k threads is priced x (1 + (team_scale - 1)(k - 1) / (cores -
     # 1)) (`team_factor`). None: not measured, the times as they are.
-    team_scale: float | None = Field(default=None, gt=0)
+    team_scale: float | None = Field(default=None, gt=0, le=FACTOR["le"],
+                                     allow_inf_nan=False)
 
     def team_factor(self, threads: int, cores: int) -> float:
         """What a measured time on `threads` of `cores` is priced at, over the entry's

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from pydantic import ValidationError
+
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import OpError, TensorType, get_op
 
@@ -66,16 +68,16 @@ class GraphBuilder:
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32",
               role: str = "input") -> str:
-        return self.add_tensor(Tensor(name=self.scoped(name), shape=tuple(shape), dtype=dtype,
-                                      role=role))
+        return self.add_tensor(_tensor(name=self.scoped(name), shape=tuple(shape), dtype=dtype,
+                                       role=role))
 
     def label(self, name: str, shape: Sequence[int], dtype: str = "int64") -> str:
         return self.input(name, shape, dtype, role="label")
 
     def param(self, name: str, shape: Sequence[int], init: str = "he", dtype: str = "float32",
               role: str = "param") -> str:
-        return self.add_tensor(Tensor(name=self.scoped(name), shape=tuple(shape), dtype=dtype,
-                                      role=role, init=init))
+        return self.add_tensor(_tensor(name=self.scoped(name), shape=tuple(shape), dtype=dtype,
+                                       role=role, init=init))
 
     def type(self, name: str) -> TensorType:
         t = self._tensors[name]
@@ -132,7 +134,7 @@ class GraphBuilder:
             raise GraphBuildError(f"node {node_name!r}: {op} has {len(out_types)} outputs, "
                                   f"{len(outputs)} names given")
         for out, t in zip(outputs, out_types, strict=True):
-            self.add_tensor(Tensor(name=out, shape=t.shape, dtype=t.dtype, role=role))
+            self.add_tensor(_tensor(name=out, shape=t.shape, dtype=t.dtype, role=role))
         self._node_names.add(node_name)
         self._nodes.append(Node(name=node_name, op=op, inputs=tuple(inputs),
                                 outputs=tuple(outputs), attrs=full))
@@ -148,3 +150,16 @@ class GraphBuilder:
         return Graph(name=self.name, kind=kind,
                      tensors=tuple(t for t in self._tensors.values() if t.name in used),
                      nodes=tuple(self._nodes), outputs=tuple(outputs), loss=loss)
+
+
+def _tensor(**fields: Any) -> Tensor:
+    """Tensor(**fields), or GraphBuildError naming it and what it breaks in one line (a shape
+    past the limit of 2^56 elements, a dimension below 0), not pydantic's report."""
+    try:
+        return Tensor(**fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        why = str(first.get("ctx", {}).get("error") or first["msg"])
+        where = "" if why.startswith(field) else f"{field}: "
+        raise GraphBuildError(f"tensor {fields.get('name')!r}: {where}{why}") from None

@@ -21,6 +21,8 @@ from planner.dtypes import LOW_FLOATS
 from planner.ir.accumulation import MICRO_STEP, micro_batches, optimizer_step_nodes
 from planner.ir.graph import Graph, Tensor
 from planner.ops import get_op
+from planner.ops.base import OpError
+from planner.ops.refusals import said
 
 
 class InterpretError(RuntimeError):
@@ -47,7 +49,13 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.n
         if n.name in skipped:
             continue
         opdef = get_op(n.op)
-        outs = opdef.reference([as_float32(env[i]) for i in n.inputs], n.attrs)
+        try:
+            outs = opdef.reference([as_float32(env[i]) for i in n.inputs], n.attrs)
+        except OpError as e:
+            torch_words = said(n.name, str(e))  # a look-up standing for torch's refusal
+            if torch_words is None:
+                raise
+            raise OpError(torch_words) from None
         for name, value in zip(n.outputs, outs, strict=True):
             t = graph.tensor(name)
             value = np.asarray(value)

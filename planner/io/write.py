@@ -28,9 +28,17 @@ from planner.errors import NotWritten, UserError
 
 def cache_root() -> Path:
     """The planner's cache folder (built runtimes, measured hosts): $PLANNER_CACHE, else
-    ~/.cache/planner."""
+    ~/.cache/planner (without $HOME, the user's home from the password database); UserError
+    saying so where there is neither (a container's user with no entry there)."""
     env = os.environ.get("PLANNER_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "planner"
+    if env:
+        return Path(env)
+    try:
+        return Path.home() / ".cache" / "planner"
+    except (RuntimeError, KeyError):  # Path.home(): no $HOME and no home for this uid
+        raise UserError("no cache folder: $HOME is not set and this user has no home "
+                        "directory; set PLANNER_CACHE to a folder to keep the planner's "
+                        "kernels and measurements in") from None
 
 
 def atomic_write(path: str | Path, text: str | bytes) -> None:

@@ -102,7 +102,8 @@ class Tensor(Record):
         if any(d < 0 for d in shape):
             raise ValueError(f"dimensions must be >= 0, got {list(shape)}")
         if num_elements(shape) > MAX_ELEMENTS:
-            raise ValueError(f"shape {list(shape)} holds more than 2^56 elements")
+            raise ValueError(f"shape {list(shape)} holds more than 2^56 elements (the most "
+                             f"one tensor may hold)")
         return shape
 
     @property

@@ -7,8 +7,11 @@
 `model` holds the parameters and buffers (BatchNorm running statistics) by graph name (a
 planner.torch executor's are its module's state_dict keys behind "model."); `optimizer` is
 laid out as torch.optim's `state_dict()`: `param_groups` with each group's `lr`,
-`weight_decay` and the indices of its parameters, `state` per index with `momentum_buffer`
-(momentum) or `step`, `exp_avg`, `exp_avg_sq` (Adam, AdamW); `planner` holds the rest of what
+`weight_decay`, the indices of its parameters and their names (`param_names`, as torch.optim
+gives them for an optimizer of `named_parameters()`: a sharded plan's checkpoint keys the
+state by name, and each loads the other's, planner/runtime/checkpoint_names.py), `state` per
+index with `momentum_buffer` (momentum) or `step`, `exp_avg`, `exp_avg_sq` (Adam, AdamW);
+`planner` holds the rest of what
 the executor keeps between steps (the dropout step count, the fp16 loss scale and its
 clean-step count), so a run stopped and resumed from it continues bit for bit. A schedule's
 position is the step count the caller gives it (planner/runtime/schedules.py), kept beside
@@ -30,6 +33,7 @@ from planner.graph.optimizer import (
 from planner.ir.accumulation import MICRO_STEP
 from planner.ir.graph import Graph
 from planner.ops.optim import UPDATE_PARTS
+from planner.runtime.checkpoint_names import by_index, by_name
 from planner.runtime.hyperparameters import hyperparameter_value
 from planner.runtime.sharded_checkpoint import (
     Layout,
@@ -99,7 +103,8 @@ def state_dict(ex: Any) -> dict[str, Any]:
             model[name] = value
         else:
             planner[name] = value
-    param_groups = [{**hyper.get(g, {}), "params": groups[g]} for g in sorted(groups)]
+    param_groups = [{**hyper.get(g, {}), "params": groups[g],
+                     "param_names": [params[k] for k in groups[g]]} for g in sorted(groups)]
     return {"model": model,
             "optimizer": {"state": dict(sorted(state.items())), "param_groups": param_groups},
             "planner": planner}
@@ -161,6 +166,8 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
         _load_sharded(ex, graph, layout, model, planner, state, param_groups)
         return
     params, slots, groups, step = _layout(graph)
+    # A sharded plan's checkpoint keys the optimizer state by name (checkpoint_names).
+    state, param_groups = by_index(state, param_groups, params)
     _check_complete(ex, graph, model, planner, slots, step)
     flat = {**model, **planner}
     by_slot = {v: k for k, v in slots.items()}
@@ -220,6 +227,8 @@ def _load_sharded(ex: Any, graph: Graph, layout: Layout, model: dict, planner: d
                   state: dict, param_groups: list) -> None:
     """A whole state (any rank's state_dict of this model) into a sharded plan's executor:
     this rank's shards cut from it; ValueError naming what is missing or does not fit."""
+    # One that shards nothing keys the optimizer state by index (checkpoint_names).
+    state, param_groups = by_name(state, param_groups)
     flat = own_shards(ex, layout, model, state)
     sharded = {p for b in layout.buckets for p in b.params}
     if layout.step is not None:

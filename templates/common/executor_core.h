@@ -121,7 +121,7 @@ void check_fed_values(const LoadedSchedule& loaded, const Kernels& kernels, cons
     try {
       kernels[k]->check_feeds(r, fed);
     } catch (const std::exception& e) {
-      throw StepError(op_label(s.ops[k]) + ": " + e.what());
+      throw StepError(op_failure(s.ops[k], e.what()));
     }
   }
 }

@@ -19,6 +19,17 @@ std::string op_label(const OpSpec& op) {
   return std::string("op '") + op.name + "' (" + op.op + ")";
 }
 
+std::string op_failure(const OpSpec& op, const std::string& what) {
+  static const std::string probe = "/invalid_probabilities";
+  const std::string name = op.name;
+  if (name.size() > probe.size() &&
+      name.compare(name.size() - probe.size(), probe.size(), probe) == 0)
+    return "op '" + name.substr(0, name.size() - probe.size()) +
+           "' (multinomial): probability tensor contains either inf, nan or element < 0, or "
+           "a row sums to 0 (torch.multinomial refuses it)";
+  return op_label(op) + ": " + what;
+}
+
 LoadedSchedule::LoadedSchedule(const std::string& path, int backend, const Concrete* concrete) {
   lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib_) throw std::runtime_error("cannot load schedule " + path + ": " + dlerror());

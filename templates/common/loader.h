@@ -23,6 +23,11 @@ struct Concrete {
 // "op 'name' (Type)": how errors name an op.
 std::string op_label(const OpSpec& op);
 
+// How a step's error names the op that failed with `what`: "op 'name' (Type): what"; for
+// the look-up a torch rule adds to refuse what torch refuses (`NODE/invalid_probabilities`,
+// planner/importers/torch/rules_random.py), torch's words, naming NODE.
+std::string op_failure(const OpSpec& op, const std::string& what);
+
 class LoadedSchedule {
  public:
   // Throws std::runtime_error naming the library, op or tensor when it is not usable by a

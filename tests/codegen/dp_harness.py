@@ -92,10 +92,12 @@ def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] 
                  die_after: int | None = None, world: int | None = None, timeout_s: float = 30.0,
             group: str = "",
             local: list[dict[str, str]] | None = None,
-            worker: str = "tests.codegen.dp_worker") -> list[subprocess.CompletedProcess]:
+            worker: str = "tests.codegen.dp_worker",
+            extra: tuple[str, ...] | list[str] = ()) -> list[subprocess.CompletedProcess]:
     """Run one worker per package (rank = position) and wait for all, bounded; `local`: per
     rank, more environment (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; the worker's
-    DP_BACKEND and DP_DEVICE); `worker`: the worker's module."""
+    DP_BACKEND and DP_DEVICE); `worker`: the worker's module; `extra`: more arguments for
+    every rank's worker, after its package, data and output."""
     port, world = free_port(), world or len(packages)
     procs = []
     for rank, (pkg, out) in enumerate(zip(packages, outs, strict=True)):
@@ -104,7 +106,7 @@ def launch_ranks(packages: list[Path] | list[str], data: Path, outs: list[Path] 
                     "RANK": str(rank), "WORLD_SIZE": str(world), "DP_TIMEOUT": str(timeout_s),
                     "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "DP_GROUP": group,
                     **(local[rank] if local else {})})
-        args = [sys.executable, "-m", worker, str(pkg), str(data), str(out)]
+        args = [sys.executable, "-m", worker, str(pkg), str(data), str(out), *extra]
         if die_after is not None and rank == len(packages) - 1:
             args.append(str(die_after))
         procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,

@@ -46,6 +46,7 @@ import numpy as np
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import NodeCtx, Value, rule
 from planner.ops.random import RANDOM_OPS
+from planner.ops.refusals import INVALID_PROBABILITIES
 
 # Kept whole by convert.decompose (torch decomposes bernoulli(p) into rand, lt and a cast).
 RANDOM_PRESERVED = ("bernoulli.default",)
@@ -318,7 +319,7 @@ def _refused_unless_valid(n: NodeCtx, p: Value, drawn: str, shape: tuple[int, ..
     ids = n.emit1("Add", [drawn, past])
     table = n.emit1("Fill", [], {"shape": [categories, 1], "value": 0.0, "dtype": "float32"})
     (looked,) = n.imp.builder.op_n("Embedding", [table, ids],
-                                   name=f"{n.label}/invalid_probabilities")
+                                   name=f"{n.label}{INVALID_PROBABILITIES}")
     zeros = n.emit1("Cast", [n.emit1("Reshape", [looked], {"shape": list(n.shape(drawn))})],
                     {"to": "int64"})
     return n.emit1("Add", [drawn, zeros])

@@ -50,7 +50,7 @@ Evaluation::Evaluation(const LoadedSchedule& training, char* training_arena,
       Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op)};
       kernels_[k] = registry().at(op.op)(node);
     } catch (const std::exception& e) {
-      throw std::runtime_error(op_label(op) + ": " + e.what());
+      throw std::runtime_error(op_failure(op, e.what()));
     }
     // Its planned scratch area when that holds what the kernel asks for, else its own block.
     int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
@@ -77,7 +77,7 @@ void Evaluation::run(const Collective* collective) {
     try {
       kernels_[k]->run(r);
     } catch (const std::exception& e) {
-      throw StepError(op_label(op) + ": " + e.what());
+      throw StepError(op_failure(op, e.what()));
     }
   }
   stream_.wait();

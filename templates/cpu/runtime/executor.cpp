@@ -230,7 +230,7 @@ KernelPtr Executor::make_kernel(const OpSpec& op) {
     Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op), &packs_};
     return registry().at(op.op)(node);
   } catch (const std::exception& e) {
-    throw std::runtime_error(op_label(op) + ": " + e.what());
+    throw std::runtime_error(op_failure(op, e.what()));
   }
 }
 
@@ -342,7 +342,7 @@ void Executor::run_step() {
       run(k);
     } catch (const std::exception& e) {
       omp_set_num_threads(saved_threads);
-      throw StepError(op_label(s.ops[k]) + ": " + e.what());
+      throw StepError(op_failure(s.ops[k], e.what()));
     }
   }
   omp_set_num_threads(saved_threads);

@@ -1,5 +1,7 @@
 #include "lanes.h"
 
+#include "loader.h"
+
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -182,7 +184,7 @@ void Lanes::finish(int op, std::exception_ptr error) {
   bool failed = error && !error_;
   if (failed) {
     error_ = error;
-    error_op_ = std::string("op '") + s_.ops[op].name + "' (" + s_.ops[op].op + ")";
+    error_op_ = op;
   }
   // Wake the lanes this finish lets go (all of them when the step failed: they skip the rest).
   for (size_t l = 0; l < waiting_on_.size(); ++l)
@@ -307,7 +309,7 @@ void Lanes::step(double watchdog_seconds) {
   epoch_ += 1;
   remaining_ = s_.num_ops;
   error_ = nullptr;
-  error_op_.clear();
+  error_op_ = -1;
   for (std::condition_variable& cv : lane_cv_) cv.notify_one();
   auto last = std::chrono::steady_clock::now();
   int seen = remaining_;
@@ -333,12 +335,12 @@ void Lanes::step(double watchdog_seconds) {
   }
   if (error_) {
     std::exception_ptr e = error_;
-    std::string op = error_op_;
+    int op = error_op_;
     lock.unlock();
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      throw std::runtime_error(op + ": " + ex.what());
+      throw std::runtime_error(op_failure(s_.ops[op], ex.what()));
     }
   }
 }

@@ -119,7 +119,7 @@ class Lanes {
   bool stop_ = false;
   bool broken_ = false;
   std::exception_ptr error_;
-  std::string error_op_;
+  int error_op_ = -1;  // the op that failed the step, -1 while none did
 };
 
 }  // namespace planner

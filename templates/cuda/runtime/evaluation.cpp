@@ -38,7 +38,7 @@ CudaEvaluation::CudaEvaluation(const LoadedSchedule& training, char* training_ar
                 std::max<int64_t>(op.scratch_bytes, 0), tf32};
       kernels_[k] = registry().at(op.op)(node);
     } catch (const std::exception& e) {
-      throw std::runtime_error(op_label(op) + ": " + e.what());
+      throw std::runtime_error(op_failure(op, e.what()));
     }
     int64_t need = static_cast<int64_t>(kernels_[k]->scratch_bytes());
     if (need <= std::max<int64_t>(op.scratch_bytes, 0)) {
@@ -72,7 +72,7 @@ void CudaEvaluation::run() {
     try {
       kernels_[k]->run(r);
     } catch (const std::exception& e) {
-      throw StepError(op_label(s.ops[k]) + ": " + e.what());
+      throw StepError(op_failure(s.ops[k], e.what()));
     }
   }
   cudaError_t e = cudaStreamSynchronize(stream_);

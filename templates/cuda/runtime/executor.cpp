@@ -218,7 +218,7 @@ void CudaExecutor::create(int k) {
               std::max<int64_t>(op.scratch_bytes, 0), tf32_};
     kernels_[k] = registry().at(op.op)(node);
   } catch (const std::exception& e) {
-    throw std::runtime_error(op_label(op) + ": " + e.what());
+    throw std::runtime_error(op_failure(op, e.what()));
   }
 }
 
@@ -289,7 +289,7 @@ std::vector<Measured> CudaExecutor::find(int op, int64_t workspace_bytes) {
     out = kernel.find(r, static_cast<size_t>(workspace_bytes));
     check_cuda(cudaStreamSynchronize(streams_[lane]), "finding algorithms");
   } catch (const std::exception& e) {
-    throw std::runtime_error(op_label(s.ops[op]) + ": " + e.what());
+    throw std::runtime_error(op_failure(s.ops[op], e.what()));
   }
   return out;
 }
@@ -325,7 +325,7 @@ void CudaExecutor::issue_ops() {
       } catch (const std::exception&) {
         // the op's error is the one to report
       }
-      throw StepError(op_label(op) + ": " + e.what());
+      throw StepError(op_failure(op, e.what()));
     }
   }
   join_streams();
