@@ -352,7 +352,7 @@ def _read_store(path: Path, target: str) -> tuple[HostCosts, str]:
             why = describe_validation_error(e)
         except UserError as e:
             why = str(e).removeprefix("store: ")
-    salvaged, listed = salvage(parsed, target)
+    salvaged, listed = salvage(parsed, target, (HostCosts, StepFit, valid_load))
     return salvaged, (f"not a valid cost store ({_printable(why)}); kept {len(salvaged.table)} "
                       f"of its {listed} measurement(s), the rest measured again")
 

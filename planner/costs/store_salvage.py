@@ -80,11 +80,12 @@ def json_prefix(text: str) -> Any:
     return None
 
 
-def salvage(data: Any, target: str) -> tuple[Any, int]:
-    """The host store (host_costs.HostCosts) of what `data` (a damaged store's JSON) holds
-    that is valid on its own for target `target`, and how many entries `data` listed (kept
-    or not). A store that names another target keeps nothing."""
-    from planner.costs.host_costs import HostCosts, StepFit, valid_load
+def salvage(data: Any, target: str, records: tuple[Any, Any, Any]) -> tuple[Any, int]:
+    """The host store of what `data` (a damaged store's JSON) holds that is valid on its own
+    for target `target`, and how many entries `data` listed (kept or not). A store that
+    names another target keeps nothing. `records`: host_costs' (HostCosts, StepFit,
+    valid_load), handed in so that this module stays below host_costs, which reads it."""
+    HostCosts, StepFit, valid_load = records  # noqa: N806 - classes, as host_costs names them
 
     top = data if isinstance(data, dict) else {}
     table = top.get("table") if isinstance(top.get("table"), dict) else {}

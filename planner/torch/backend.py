@@ -33,7 +33,7 @@ def planner_backend(gm: Any, example_inputs: Any, options: dict[str, Any] | None
     from planner.torch.skipped import backend_called, install
 
     backend_called()  # this frame's compile planned something (planner/torch/skipped.py)
-    install()  # again, after a torch._dynamo.reset()
+    install(planner_backend)  # again, after a torch._dynamo.reset()
     if unused:
         raise ValueError(f"torch.compile(backend='planner'): {sorted(unused)} are Inductor's; "
                          f"the planner's options go in options={{...}}")
@@ -48,4 +48,4 @@ def register() -> None:
         register_backend(name=NAME)(planner_backend)
     from planner.torch.skipped import install
 
-    install()  # a frame Dynamo skips is told, not silently eager
+    install(planner_backend)  # a frame Dynamo skips is told, not silently eager

@@ -7,10 +7,10 @@ calls its compile callbacks around every frame it compiles: for a compile of the
 backend that ends without handing the backend a graph after Dynamo gave up on the frame (its
 `unimplemented` counter grew), one PlannerFallback warning names the frame, Dynamo's reason
 and its hint, once per frame and reason. torch._dynamo.reset() clears Dynamo's callbacks: they
-are registered again at the backend's next graph, or by `install()`. What the callbacks read
-of Dynamo's compile (its `_compile` frame's `compiler_fn`, its counters) is private: where it
-is not found, nothing is said, as before (tests/importers/test_backend_edges.py pins it for the
-torch installed).
+are registered again at the backend's next graph, or by `install(planner_backend)`. What the
+callbacks read of Dynamo's compile (its `_compile` frame's `compiler_fn`, its counters) is
+private: where it is not found, nothing is said, as before (tests/importers/test_backend_edges.py
+pins it for the torch installed).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import warnings
 from typing import Any
 
 _STATE = threading.local()
+# The planner's backend function (install).
+_BACKEND: list[Any] = []
 _TOLD: set[tuple[str, int, str]] = set()
 
 
@@ -29,10 +31,14 @@ def backend_called() -> None:
     _STATE.called = True
 
 
-def install() -> None:
+def install(backend: Any) -> None:
     """Register the compile callbacks with Dynamo, where they are not (on import of
-    planner.torch, and at every graph the backend gets: torch._dynamo.reset() clears them)."""
+    planner.torch, and at every graph the backend gets: torch._dynamo.reset() clears them);
+    `backend`: the planner's backend function, whose compiles they watch (handed in: this
+    module stays below planner.torch.backend)."""
     import torch._dynamo
+
+    _BACKEND[:] = [backend]
 
     handler = getattr(torch._dynamo, "callback_handler", None)
     if handler is None or _start in getattr(handler, "start_callbacks", [_start]):
@@ -52,8 +58,7 @@ def _compiling() -> tuple[Any, Any] | None:
 
 
 def _is_planner(fn: Any) -> bool:
-    from planner.torch.backend import planner_backend
-
+    planner_backend = _BACKEND[0] if _BACKEND else None
     for _ in range(8):  # Dynamo's and torch.compile's wrappers around the backend
         if fn is planner_backend or getattr(fn, "func", None) is planner_backend:
             return True

@@ -338,6 +338,14 @@ CASES: dict[str, list[tuple]] = {
                   ([], {"shape": [8, 1], "seed": 1, "p": 0.3})],
     "RandomInt": [([((), ids(50))], {"shape": [30], "seed": 5, "low": -3, "high": 10})],
     "RandomPerm": [([((), ids(50))], {"n": 17, "seed": 6})],
+    # sample points inside the image (S: |u| < 0.9) and far past its edge (W); border and
+    # reflection padding against torch itself: tests/ops/test_grid_sample.py
+    "GridSample": [([((2, 3, 5, 6), N), ((2, 4, 4, 2), S)],
+                    {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False}),
+                   ([((2, 3, 5, 6), N), ((2, 4, 4, 2), W)],
+                    {"mode": "nearest", "padding_mode": "zeros", "align_corners": True})],
+    "GridSampleGrad": [([((2, 3, 4, 4), N), ((2, 3, 5, 6), N), ((2, 4, 4, 2), S)],
+                        {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False})],
     "GroupNorm": [([((2, 6, 3, 4), N), ((6,), N), ((6,), N)], {"groups": 3}),
                   ([((2, 4, 5), N), ((4,), N), ((4,), N)], {"groups": 4, "epsilon": 1e-3})],
     "GroupNormGrad": [([((2, 6, 3, 4), N), ((2, 6, 3, 4), N), ((6,), N), ((2, 3), N),

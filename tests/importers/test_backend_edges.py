@@ -86,11 +86,12 @@ class WithGRU(nn.Module):
 
 
 def test_a_frame_dynamo_skips_is_told_once():
+    from planner.torch.backend import planner_backend
     from planner.torch.skipped import install
 
     model, x = WithGRU(), torch.randn(2, 3, 4)
     compiled = planned(model)
-    install()  # torch._dynamo.reset() (planned's) cleared Dynamo's callbacks
+    install(planner_backend)  # torch._dynamo.reset() (planned's) cleared Dynamo's callbacks
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
