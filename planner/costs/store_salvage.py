@@ -16,7 +16,8 @@ Example (a store cut short in its second entry; the first kept, with its load):
     >>> data = json_prefix(text)
     >>> len(data["table"]["entries"])
     2
-    >>> kept, total = salvage(data, "host")
+    >>> from planner.costs.host_costs import HostCosts, StepFit, valid_load
+    >>> kept, total = salvage(data, "host", (HostCosts, StepFit, valid_load))
     >>> [e.signature.op for e in kept.table.entries], total
     (['Relu'], 2)
     >>> kept.loads[kept.table.entries[0].key] == UNKNOWN_LOAD
