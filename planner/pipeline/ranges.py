@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from planner.graph.step import StepChoices, step_graph
 from planner.ir.graph import Graph
@@ -49,6 +50,21 @@ def step_at(choices: StepChoices, prepared: Graph) -> Graph:
     """The step graph of `prepared` (another shape's graph, out of the front end) under the
     choices the range's plan was made with: its step graph's passes, as planning ran them."""
     return step_graph(prepared, choices)
+
+
+def range_choices(prepared: Graph, step: Graph, target: Any, data_parallel: Any = None,
+                  costs: Any = None) -> StepChoices | None:
+    """The choices a plan's step graph `step` was made with, from the front end's `prepared`,
+    when they give `step` again, so that its build may run smaller shapes of the graph; None
+    where they do not, or on a backend whose runtime takes no concrete schedule (the CPU
+    runtime does: templates/common/loader.h's Concrete; the CUDA one not yet)."""
+    from planner.pipeline.choices import step_choices
+    from planner.target.backends import traits
+
+    if not traits(target).host_cores:
+        return None
+    choices = step_choices(prepared, target, data_parallel, costs)
+    return choices if step_at(choices, prepared) == step else None
 
 
 def outside_range(planned: Graph, step: Graph) -> str | None:

@@ -271,13 +271,12 @@ def _in_range(prepared: Any, options: BackendOptions) -> tuple[str, Any, Any, di
 
 def _keep_range(prepared: Any, planned: Any, name: str, package: Any, target: Any, table: Any,
                 options: BackendOptions) -> None:
-    """Keep `planned` as a range plan when the choices its step graph was made with give that
-    graph again (planner.pipeline.choices, as planning chose them)."""
-    from planner.pipeline.choices import step_choices
-    from planner.pipeline.ranges import step_at
+    """Keep `planned` as a range plan where it can be one (planner.pipeline.ranges.
+    range_choices)."""
+    from planner.pipeline.ranges import range_choices
 
-    choices = step_choices(prepared, target, None, table)
-    if step_at(choices, prepared) == planned.graph:
+    choices = range_choices(prepared, planned.graph, target, None, table)
+    if choices is not None:
         _RANGES.setdefault(_structure(prepared, options), []).append(
             _Range(_inputs(prepared), name, planned, package, choices))
 

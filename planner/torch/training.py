@@ -623,13 +623,12 @@ def _range_choices(recipe: Recipe, prepared: Any, table: Any, step: Any) -> Any:
     it), so that the plan runs smaller shapes of its graph (planner/pipeline/ranges.py); None
     for a data-parallel plan (rank 0's, every rank's shapes checked alike: planned apart) or
     where the choices do not give the plan's graph again."""
-    from planner.pipeline.choices import step_choices
-    from planner.pipeline.ranges import step_at
+    from planner.pipeline.ranges import range_choices
 
     if recipe.ranks > 1:
         return None
-    choices = step_choices(prepared, recipe.target, recipe.plan_options.data_parallel, table)
-    return choices if step_at(choices, prepared) == step else None
+    return range_choices(prepared, step, recipe.target, recipe.plan_options.data_parallel,
+                         table)
 
 
 # Shapes whose traced graphs a trainer keeps (KBs each), so that a shape whose executor was let
