@@ -46,9 +46,6 @@ def concrete_options(plan: Plan, step: Graph) -> dict[str, Any]:
     on `step`, its step graph at other shapes: `shapes` and `attrs`, and for a plan that
     carries one its evaluation schedule's. PlanError naming what differs when `step` is no
     shape of the plan's range (planner.pipeline.ranges.outside_range)."""
-    problem = outside_range(plan.graph, step)
-    if problem is not None:
-        raise PlanError(f"plan {plan.graph.name!r} cannot run these shapes: {problem}")
     shapes, attrs = tables(plan, step)
     out = {"shapes": shapes, "attrs": attrs}
     if plan.evaluation is not None:
@@ -58,7 +55,8 @@ def concrete_options(plan: Plan, step: Graph) -> dict[str, Any]:
 
 
 def tables(plan: Plan, graph: Graph) -> tuple[list[list[int]], list[str]]:
-    """Per tensor of `plan`'s schedule its shape in `graph`, per op its attrs there."""
+    """Per tensor of `plan`'s schedule its shape in `graph`, per op its attrs there; PlanError
+    naming what differs when `graph` is no shape of the plan's range."""
     problem = outside_range(plan.graph, graph)
     if problem is not None:
         raise PlanError(f"plan {plan.graph.name!r} cannot run these shapes: {problem}")
