@@ -3,7 +3,7 @@ script in a fresh process (bench/first_step_loop.py), timed from before the proc
 
     python bench/bench_first_step.py [--workloads cnn,text] [--restarts 3]
         [--engines eager,inductor,inductor-dynamic,planner,trainer] [--text-steps 200]
-        [--neighbours 0] [--cold] [--quick]
+        [--neighbours 0] [--cold | --new-host] [--quick]
 
 Columns: time to the first step's end, the whole script's wall time (compile included), the
 median of the second half of the steps (steady), the child's peak RSS, and the executor
@@ -14,7 +14,10 @@ measurements by digest; Inductor's its FX-graph cache. The planner's cache is on
 own (`--cache`; default `planner-bench-first-step` beside the user's cache folder, kept between
 runs: the kernel library is built in its first run), so that packages other work builds
 meanwhile are not counted. `--cold` gives the planner an empty cache folder (the kernel
-library built again) and Inductor a fresh cache directory first.
+library built again) and Inductor a fresh cache directory first; `--new-host` a new folder
+holding only the kernel library (a host that has measured nothing: the planner's first plans
+are priced by the model while a child measures, codegen/measure_later.py). The last column is
+how long that child went on after the script ended (waited for before the next cell).
 `--neighbours N` runs N processes of 2-thread float32 matmuls beside every run
 (bench/bench_neighbours.py's). The load average is printed before and after.
 """
@@ -50,6 +53,7 @@ def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict) -> 
     start = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     end = time.time()
+    after = measuring_after(end)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -58,19 +62,31 @@ def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict) -> 
     return {"engine": engine, "first_step_s": out["first_step_end"] - start,
             "total_s": end - start, "steady_ms": out["steady_ms"],
             "peak_rss_mib": out["peak_rss_mib"], "steps": out["steps"],
-            "built": len(packages(cache) - before)}
+            "built": len(packages(cache) - before), "measuring_after_s": after}
+
+
+def measuring_after(end: float) -> float:
+    """Seconds the script's background measurement (codegen/measure_later.py: a child at low
+    priority that finishes alone when the script ends first) went on after the script's end,
+    waited for, so that it never runs beside the next cell."""
+    while subprocess.run(["pgrep", "-f", "codegen.measure_child"],
+                         capture_output=True).returncode == 0:
+        time.sleep(0.2)
+    return max(0.0, time.time() - end) if time.time() - end > 0.3 else 0.0
 
 
 def table(title: str, rows: list[dict]) -> str:
     head = (f"\n{title}\n| engine | first step (s) | total (s) | steady step (ms) | peak RSS "
-            f"(MiB) | packages built |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+            f"(MiB) | packages built | measuring after the end (s) |\n"
+            f"| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     body = []
     for r in rows:
         if "error" in r:
-            body.append(f"| {r['engine']} | {r['error']} | | | | |")
+            body.append(f"| {r['engine']} | {r['error']} | | | | | |")
         else:
             body.append(f"| {r['engine']} | {r['first_step_s']:.1f} | {r['total_s']:.1f} | "
-                        f"{r['steady_ms']:.0f} | {r['peak_rss_mib']:.0f} | {r['built']} |")
+                        f"{r['steady_ms']:.0f} | {r['peak_rss_mib']:.0f} | {r['built']} | "
+                        f"{r['measuring_after_s']:.1f} |")
     return "\n".join([head, *body])
 
 
@@ -82,6 +98,10 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=0)
     parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--new-host", action="store_true",
+                        help="the planner's cache folder new but for the kernel library (linked "
+                             "in): a host that has measured nothing, as a first run after "
+                             "`planner cache warm`")
     parser.add_argument("--cache", help="the planner's cache folder for the runs (default: one "
                                          "of the bench's own beside the user's, kept between "
                                          "runs of the bench; its first run builds the kernel "
@@ -96,6 +116,14 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="bench-first-step-"))
         env["PLANNER_CACHE"] = str(root / "planner")
         env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
+    elif args.new_host:
+        from codegen.build import build_runtime, runtime_folder
+
+        build_runtime()
+        root = Path(tempfile.mkdtemp(prefix="bench-first-step-")) / "planner"
+        root.mkdir()
+        (root / runtime_folder().name).symlink_to(runtime_folder(), target_is_directory=True)
+        env["PLANNER_CACHE"] = str(root)
     else:  # a cache of the bench's own: what other work builds meanwhile is not counted
         from planner.io.write import cache_root
 

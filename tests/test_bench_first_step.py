@@ -22,7 +22,7 @@ def test_the_padded_lengths_are_many_and_bounded():
 
 def test_a_failed_run_is_one_row_saying_why():
     rows = [{"engine": "eager", "first_step_s": 1.0, "total_s": 2.0, "steady_ms": 3.0,
-             "peak_rss_mib": 4.0, "built": 0},
+             "peak_rss_mib": 4.0, "built": 0, "measuring_after_s": 0.0},
             {"engine": "planner", "error": "exit 1: UserError: x"}]
     text = table("cnn", rows)
-    assert "| eager | 1.0 | 2.0 | 3 | 4 | 0 |" in text and "| planner | exit 1: " in text
+    assert "| eager | 1.0 | 2.0 | 3 | 4 | 0 | 0.0 |" in text and "| planner | exit 1: " in text

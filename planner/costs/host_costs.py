@@ -437,6 +437,34 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
                        kept=tuple(sorted(s.key for s in wanted if s.key not in fresh)))
 
 
+class KeptPricing(Record):
+    """What `kept_pricing` found: the table a plan is priced by now (the host's kept
+    measurements; the analytical model for the rest), the signatures the store lacks (or
+    holds from a busy machine while this one is quiet) and whether the step's contention
+    figures are to be fitted: what measuring later (codegen/measure_later.py) would add."""
+
+    table: CostTable
+    unmeasured: tuple[str, ...] = ()
+    fit: bool = False
+
+
+def kept_pricing(graphs: Sequence[Graph], target: Target, kernels: str = "") -> KeptPricing:
+    """The cost table a plan of `graphs` (as `host_table`'s) is priced by from what this host
+    kept, measuring nothing and taking no lock (the store is replaced whole by each writer:
+    a read sees one version), with what `host_table` would measure or fit now. A damaged or
+    unreadable store prices nothing (the model then prices every op); `host_table` says
+    why when it measures."""
+    blocked = bool(channel_block(target))
+    wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g, blocked)])
+    store, _ = _read_store(store_path(target, kernels), target.name)
+    step = step_key(graphs[0])
+    now = load_now()
+    fit = store.to_fit(step, now) and not any(n.op in COLLECTIVE_OPS for n in graphs[0].nodes)
+    return KeptPricing(table=store.for_signatures(wanted, step),
+                       unmeasured=tuple(s.key for s in store.to_measure(wanted, now)),
+                       fit=fit and target.cores > 1)
+
+
 def _keep_store(path: Path, store: HostCosts) -> str:
     """`store` written to `path`; what went wrong, or "": a full disk, a read-only cache, and
     this plan is still priced by what was measured."""

@@ -3,8 +3,10 @@
     options={"costs": "analytical", "strategy": "uniform", "memory_budget": 2**30,
              "target": "host", "fallback": False}
 
-- costs: what plans are priced with, as `trainer`'s `costs` (None, the default: times
-  measured on this host and kept per host; "analytical"; "in-step"; a cost table or its path);
+- costs: what plans are priced with, as `trainer`'s `costs` (None, the default: times kept
+  on this host, the rest measured in the background and the call planned again once they
+  are in, codegen/measure_later.py; "measured": measured first; "analytical"; "in-step"; a
+  cost table or its path);
 - target: "host" (default) or a CPU target preset;
 - strategy: the CPU scheduler's (planner.schedule.options: optimized, paper, uniform);
 - memory_budget: bytes one planned call may use (None: no limit);

@@ -190,8 +190,8 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
         import sys
 
         shapes = ", ".join(str(list(s)) for s in _inputs(prepared))
-        print(f"planner: graph {graph.name!r} for inputs {shapes}: planning (measuring only "
-              f"what this host has not)", file=sys.stderr, flush=True)
+        print(f"planner: graph {graph.name!r} for inputs {shapes}: planning",
+              file=sys.stderr, flush=True)
         folder = options.folder()
         by_name = {t.name: t for t in prepared.tensors}
         table = _cost_table(options.costs, prepared, target, folder,
@@ -235,6 +235,9 @@ class _Range:
     plan: Any
     package: Any
     choices: Any  # what its step graph was made with (planner.graph.step.StepChoices)
+    # Planned while this host's measurements were taken (codegen/measure_later.py): the epoch
+    # then; past it, the range is planned again by its next call. None: priced by all it asked.
+    provisional: int | None = None
 
 
 def _structure(prepared: Any, options: BackendOptions | None) -> str:
@@ -257,14 +260,17 @@ def _in_range(prepared: Any, options: BackendOptions) -> tuple[str, Any, Any, di
     graph at new shapes), the step graph it runs and the executor's concrete schedule; None
     where none does (planner/pipeline/ranges.py re-derives it from the two graphs)."""
     from codegen.concrete import concrete_options
+    from codegen.measure_later import epoch, ranged_on
     from planner.pipeline.ranges import covers, outside_range, step_at
 
     shapes = _inputs(prepared)
+    now = epoch()
     for r in sorted(_RANGES.get(_structure(prepared, options), ()),
                     key=lambda r: sum(map(math.prod, r.largest))):
-        if covers(r.largest, shapes):
+        if covers(r.largest, shapes) and (r.provisional is None or r.provisional >= now):
             step = step_at(r.choices, prepared)
             if outside_range(r.plan.graph, step) is None:
+                ranged_on(r.provisional is not None)
                 return r.name, r.package, step, concrete_options(r.plan, step)
     return None
 
@@ -273,12 +279,17 @@ def _keep_range(prepared: Any, planned: Any, name: str, package: Any, target: An
                 options: BackendOptions) -> None:
     """Keep `planned` as a range plan where it can be one (planner.pipeline.ranges.
     range_choices)."""
+    from codegen.measure_later import current_watch
     from planner.pipeline.ranges import range_choices
 
     choices = range_choices(prepared, planned.graph, target, None, table)
     if choices is not None:
-        _RANGES.setdefault(_structure(prepared, options), []).append(
-            _Range(_inputs(prepared), name, planned, package, choices))
+        w = current_watch()
+        largest = _inputs(prepared)
+        kept = _RANGES.setdefault(_structure(prepared, options), [])
+        kept[:] = [r for r in kept if r.largest != largest]  # planned again: the new one
+        kept.append(_Range(largest, name, planned, package, choices,
+                           w.epoch if w is not None and w.provisional else None))
 
 
 class ExecutorPool:

@@ -85,6 +85,9 @@ class Piece:
         self.name = name
         self.options = options
         self.runs: dict[tuple, Any] = {}  # call signature -> _Inference | _Training | None
+        # Call signatures planned while this host's measurements of them are taken in the
+        # background (codegen/measure_later.py), with the epoch then.
+        self.provisional: dict[tuple, int] = {}
         self.aliases = output_aliases(gm)
 
     def __call__(self, *args: Any) -> Any:
@@ -98,8 +101,17 @@ class Piece:
         # the graph the planner imports carries that state's casts.
         autocast = (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")))
         key = (tuple(_signature(a) for a in args), needs if any(needs) else (), autocast)
+        if key in self.provisional and self._measured_since(key):
+            # This host's measurements are in: planned again from them (the calls in flight
+            # keep their executors to their backwards).
+            forget(*_executors_of(self.runs.pop(key)))
         if key not in self.runs:
-            self.runs[key] = self._planned(args, needs if any(needs) else None)
+            from codegen.measure_later import watch
+
+            with watch() as priced:
+                self.runs[key] = self._planned(args, needs if any(needs) else None)
+            if priced.provisional:
+                self.provisional[key] = priced.epoch
         run = self.runs[key]
         _KEPT[(id(self), key)] = weakref.ref(self)  # (a piece Dynamo lets go is not kept)
         _KEPT.move_to_end((id(self), key))
@@ -107,10 +119,24 @@ class Piece:
             (_, old), ref = _KEPT.popitem(last=False)
             owner = ref()
             dropped = owner.runs.pop(old, None) if owner is not None else None
-            forget(*(getattr(dropped, f, None) for f in ("ex", "forward", "backward")))
+            forget(*_executors_of(dropped))
         if run is None:
             return self.gm(*args)
         return realiased(run(args), self.aliases)
+
+    def _measured_since(self, key: tuple) -> bool:
+        """Whether background measurements ended since `key` was planned provisionally; said
+        once per call signature planned again."""
+        import sys
+
+        from codegen.measure_later import epoch
+
+        if epoch() <= self.provisional[key]:
+            return False
+        del self.provisional[key]
+        print(f"planner: graph {self.name}: this host's measurements are in; planning it "
+              f"again from them for its next calls", file=sys.stderr, flush=True)
+        return True
 
     def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None) -> Any:
         from planner.errors import PlanError, UserError
@@ -128,6 +154,11 @@ class Piece:
                                    PlannerFallback, filename="<planner>", lineno=0,
                                    module="planner.torch.piece")
             return None
+
+
+def _executors_of(run: Any) -> tuple[Any, ...]:
+    """What a planned call holds of executors.py's shared executors and pools."""
+    return tuple(getattr(run, f, None) for f in ("ex", "forward", "backward"))
 
 
 def output_aliases(gm: Any) -> tuple[tuple[int, int, tuple, tuple, int], ...]:
@@ -212,7 +243,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         try:  # kept as the range's plans and builds; its executors are let go
             ranged = _planned_calls(import_piece(gm, grown, name), grown, needs, name,
                                     options)
-            forget(*(getattr(ranged, f, None) for f in ("ex", "forward", "backward")))
+            forget(*_executors_of(ranged))
         except Exception:  # noqa: BLE001 - a graph specialised to its shapes: planned as it is
             pass
     return _planned_calls(piece, args, needs, name, options)

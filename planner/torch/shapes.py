@@ -35,7 +35,7 @@ import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,9 @@ class Built:
     choices: Any = None
     # The shapes of the range plan this one runs on with no build of its own; None: its own.
     within: ShapeKey | None = None
+    # Priced in part by the model while this host's measurements of it are taken in the
+    # background (codegen/measure_later.py): the epoch then; None: priced by all it asked.
+    provisional: int | None = None
 
 
 def key_of(arrays: Sequence[np.ndarray]) -> ShapeKey:
@@ -204,8 +207,8 @@ class Shapes:
 
     def __init__(self, primary: Built, build: Callable[[Sequence[np.ndarray]], Built],
                  limit: int = DEFAULT_LIMIT, progress: Any = None,
-                 within: Callable[[Built, Sequence[np.ndarray]], Built | None] | None = None
-                 ) -> None:
+                 within: Callable[[Built, Sequence[np.ndarray]], Built | None] | None = None,
+                 examples: Sequence[Any] = ()) -> None:
         if not isinstance(limit, int) or limit < 0:
             raise UserError(f"trainer: shape_cache must be an int >= 0 (executors kept "
                             f"besides the first shape's), not {limit!r}")
@@ -219,6 +222,27 @@ class Shapes:
         self._progress = progress if progress is not None else sys.stderr
         self.planned = 1  # shapes planned and built so far in this run (a new one counts)
         self.last = primary
+        self._examples = tuple(examples)  # the primary's, to plan it again (refined)
+
+    def refined(self) -> Built | None:
+        """The primary planned again, where it was priced in part by the model while this
+        host's measurements were taken in the background and they are in now
+        (codegen/measure_later.py), and the new plan differs: the run's state handed to it,
+        the other shapes' executors let go (planned or ranged by the old plan; each is made
+        again on its next use); None where nothing changed."""
+        from codegen.measure_later import epoch
+
+        old = self.primary
+        if old.provisional is None or not self._examples or epoch() <= old.provisional:
+            return None
+        new = self._build(self._examples)
+        if new.plan.to_json() == old.plan.to_json():
+            self.primary = replace(old, provisional=new.provisional)
+            return None
+        hand_over(old, new)
+        self.primary = self.last = new
+        self._others.clear()
+        return new
 
     def kept(self) -> list[ShapeKey]:
         return [self.primary.key, *self._others]

@@ -174,6 +174,9 @@ class Trainer:
         self._sharded = any(n.op == "AllGather" for n in graph.nodes)
         self._written: list[tuple[float, float]] = []
         self._stepped: Built | None = None  # the shapes the last step ran on (`trace`)
+        # The module's tensors made views of the executor (load_into, params(copy=False)):
+        # a measured plan is then not swapped in (_refine).
+        self._viewed = self._viewed_told = False
         if optimizer is not None:
             from planner.torch.optimizers import compiled
 
@@ -199,6 +202,7 @@ class Trainer:
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
             return call(self.executor, feeds), self.imported, self.graph
+        self._refine()
         built = self.shapes.get(arrays)
         feeds = {t.name: a for t, a in zip(built.feeds, arrays, strict=True)}
         return self.shapes.run(built, lambda ex: call(ex, feeds)), built.imported, built.graph
@@ -228,6 +232,33 @@ class Trainer:
             return value
         # Copies: the executor's next step writes over its output bytes.
         return value, [np.array(out[o]) for o in imported.outputs[1:]]
+
+    def _refine(self) -> None:
+        """Between steps: the plan made again from this host's measurements once the
+        background has taken them (Shapes.refined), said in one line. Not while the module's
+        tensors are views of this executor (load_into / params(copy=False)): they would stop
+        following the run."""
+        old = self.shapes.primary
+        if old.provisional is None:
+            return
+        if self._viewed:
+            if not self._viewed_told:
+                self._viewed_told = True
+                print("trainer: this host's measurements are taken in the background; the "
+                      "plan made from them is not swapped in, since the module's tensors are "
+                      "views of this executor (load_into / params(copy=False)); the next run "
+                      "plans from them", file=sys.stderr, flush=True)
+            return
+        new = self.shapes.refined()
+        if new is None:
+            return
+        self.executor, self.plan, self.graph = new.executor, new.plan, new.graph
+        self._written = []  # the groups' lr and weight_decay written again
+        print(f"trainer: step {self.steps}: this host's measurements are in; planned again "
+              f"from them and swapped in (predicted step "
+              f"{old.plan.summary.step_seconds * 1e3:.1f} ms -> "
+              f"{new.plan.summary.step_seconds * 1e3:.1f} ms; the run's state carried over)",
+              file=sys.stderr, flush=True)
 
     def _read_groups(self) -> None:
         """The torch optimizer's groups' lr and weight_decay into the executor, where they
@@ -283,6 +314,7 @@ class Trainer:
         live views of the executor's memory, which the next step updates. Of a plan that
         shards the parameters (shard_parameters), copies of the whole ones, gathered from
         every rank: each rank calls it together, as `step`."""
+        self._viewed = self._viewed or not copy
         if self._sharded:  # ZeRO-3: each rank holds shards; every rank gathers them together
             held = self.executor.state_dict()["model"]
         else:
@@ -378,9 +410,12 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
     `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
-    with: None (the default: "measured" on the host, planner.costs.host_costs.default_costs),
-    "measured" (times measured on this machine and kept per host: only the kernels no earlier
-    plan measured are run, with a progress line on stderr), "analytical" (the cost model), a
+    with: None (the default: "background" on the host, planner.costs.host_costs.default_costs
+    and codegen/measure_later.py), "background" (priced now by the times this host kept and
+    the model; the rest measured by a child at low priority meanwhile, and the plan made again
+    from them swapped in between steps, said in one line), "measured" (times measured on
+    this machine first and kept per host: only the kernels no earlier plan measured are run,
+    with a progress line on stderr), "analytical" (the cost model), a
     cost table or the path of one (`planner profile` on this target), or "in-step": every op
     measured inside this step first (a few builds and steps, codegen.profiling.
     profile_in_step), the table kept as costs.json in out_dir (without one, the profile's
@@ -422,7 +457,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     imported, graph = first.imported, first.graph
     state = module.state_dict()
     aliases, start = _not_held(state, graph)
-    run = _shapes(recipe, first, shape_cache)
+    run = _shapes(recipe, first, shape_cache, examples)
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
                 torch_optimizer, ranks=recipe.ranks)
@@ -431,11 +466,12 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     return t
 
 
-def _shapes(recipe: Recipe, first: Built, limit: int) -> Shapes:
+def _shapes(recipe: Recipe, first: Built, limit: int, examples: Sequence[Any]) -> Shapes:
     """The run's shapes from `first`: others planned as `first` was, or run in its range."""
     traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
     return Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=limit,
-                  within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced))
+                  within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced),
+                  examples=examples)
 
 
 def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None, target: str,
@@ -577,10 +613,14 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
         except ValueError as e:
             raise UserError(str(e)) from None
     by_name = {t.name: t for t in prepared.tensors}
-    table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step steps on them
-        name: _numpy(v, by_name[name].dtype)
-        for name, v in zip(imported.inputs, examples, strict=False) if name in by_name},
-        options=recipe.plan_options, evaluation=recipe.evaluation)
+    from codegen.measure_later import watch
+
+    with watch() as priced:  # what the host lacks, measured in the background meanwhile
+        table = _cost_table(recipe.costs, prepared, chosen, recipe.out_dir, {  # in-step on them
+            name: _numpy(v, by_name[name].dtype)
+            for name, v in zip(imported.inputs, examples, strict=False) if name in by_name},
+            options=recipe.plan_options, evaluation=recipe.evaluation,
+            background=recipe.ranks == 1)
 
     def planned_here() -> Any:
         with warnings.catch_warnings():  # an op the table lacks is priced analytically
@@ -604,7 +644,8 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
     return Built(key=_key(imported, graph, examples), imported=imported, graph=graph,
                  plan=planned, package=package, executor=executor, target=chosen, table=table,
                  feeds=_feeds(imported, graph), choices=_range_choices(recipe, prepared, table,
-                                                                       graph))
+                                                                       graph),
+                 provisional=priced.epoch if priced.provisional else None)
 
 
 def _feeds(imported: TorchImport, graph: Any) -> tuple[Any, ...]:
@@ -724,22 +765,34 @@ def _check_runs_here(target: Any) -> None:
 
 def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
                 examples: Mapping[str, np.ndarray], options: Any = None,
-                evaluation: bool = True) -> Any:
+                evaluation: bool = True, background: bool = True) -> Any:
     """The cost table `trainer`'s plan is priced with (its `costs` argument; "in-step" steps
     on the example batch `examples`; "measured": the graphs a plan with `options` and
-    `evaluation` prices); UserError for a table of another target or a value that names
-    none."""
+    `evaluation` prices; "background", the default on the host where `background`: what the
+    host kept now, the rest measured meanwhile, codegen/measure_later.py); UserError for a
+    table of another target or a value that names none."""
     from planner.costs import CostTable, load_table
     from planner.errors import UserError
 
     if costs is None:
+        from codegen.measure_later import measure_mode
         from planner.costs.host_costs import default_costs
 
         costs = default_costs(target)
+        if costs == "measured" and background and measure_mode() == "background":
+            costs = "background"
     if isinstance(costs, CostTable):
         table = costs
     elif isinstance(costs, str) and costs == "analytical":
         table = None
+    elif isinstance(costs, str) and costs == "background":
+        from codegen.measure_later import priced_now
+        from planner.pipeline import priced_graphs
+
+        # What the host kept now; what it lacks measured by a child meanwhile
+        # (codegen/measure_later.py), the plan made again between steps once it is.
+        table = priced_now(priced_graphs(graph, target, options, evaluation), target,
+                           examples, f"graph {graph.name!r}")
     elif isinstance(costs, str) and costs == "measured":
         from codegen.profiling import host_measured
 
@@ -760,8 +813,8 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
     elif isinstance(costs, (str, Path)):
         table = load_table(costs)
     else:
-        raise UserError(f"costs: 'measured', 'analytical', 'in-step', a cost table or its "
-                        f"path, not {type(costs).__name__}")
+        raise UserError(f"costs: 'background', 'measured', 'analytical', 'in-step', a cost "
+                        f"table or its path, not {type(costs).__name__}")
     if table is not None and table.target != target.name:
         raise UserError(f"costs: a cost table of target {table.target!r}, not of {target.name!r}")
     return table

@@ -1,0 +1,255 @@
+"""Measuring off the critical path: a plan priced now by what this host kept, the rest measured
+by a child process in the background, and a better plan swapped in between steps.
+
+    priced = priced_now(graph, target, feeds)      # kept measurements + the model; no wait
+    with watch() as w:                             # what a call plans, provisional or not
+        ...plan, build, run...
+    if w.provisional and epoch() > w.epoch:        # measurements done since: plan again
+        ...
+
+Why a child process: measuring builds and runs kernels for seconds to minutes (a new CNN's 83
+signatures and its contention fit: ~22 s on the 2-core development VM), and the first step
+should not wait for it (issue 83: the first process's first step at 21-30 s, eager's whole
+script 4 s). A thread would hold the GIL through planning and share this process's OpenMP
+teams; a child at the lowest priority (nice 19) takes the CPU the training leaves, keeps what
+it measures in the host's store (planner.costs.host_costs: atomic writes, a lock between
+writers) and, if the script ends first, finishes alone, so the next process plans from it.
+Each job is one call's graphs (a piece's forward and backward together), one at a time.
+
+What a swap means for the bits (docs/training.md, Reproducibility): a run's bits follow its
+plan; a run that swaps runs the provisional plan up to the step it names, the measured one
+after. Once the host keeps a step's measurements, every later run plans from them from its
+first step and swaps nothing. `PLANNER_MEASURE=first` (or costs="measured") measures before the
+first step instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.costs.records import CostTable
+
+MEASURE_MODES = ("background", "first")
+
+
+def measure_mode() -> str:
+    """How the torch doors measure what the host lacks: "background" (default) or "first"
+    ($PLANNER_MEASURE)."""
+    from planner.errors import UserError
+
+    mode = os.environ.get("PLANNER_MEASURE") or "background"
+    if mode not in MEASURE_MODES:
+        raise UserError(f"PLANNER_MEASURE={mode!r}: give one of {', '.join(MEASURE_MODES)}")
+    return mode
+
+
+@dataclass
+class _Job:
+    """One background measurement: the groups of graphs (each a plan's priced graphs, with
+    example feeds for its contention fit) a child process measures."""
+
+    key: str
+    groups: list[tuple[tuple[Any, ...], dict[str, np.ndarray]]]
+    label: str
+    target: Any
+    folder: Path | None = None
+    process: subprocess.Popen | None = None
+
+
+# What one plan leaves to measure: its priced graphs, example feeds, a label, the target.
+_Entry = tuple[tuple[Any, ...], dict[str, np.ndarray], str, Any]
+
+
+@dataclass
+class Watch:
+    """What the plans made inside one `watch()` were priced by: `provisional` when some graph
+    waits on a background job; `epoch` as it was when they were."""
+
+    epoch: int
+    provisional: bool = False
+    pending: list[_Entry] = field(default_factory=list)
+    ranged: bool = False  # run on a provisional range plan (ranged_on)
+
+
+_LOCK = threading.RLock()
+_QUEUE: list[_Job] = []
+_RUNNING: list[_Job] = []
+_ENDED: set[str] = set()  # job keys whose child exited (measured once per process)
+_KNOWN: set[str] = set()  # job keys queued, running or ended
+_FINISHED = [0]  # jobs ended (the epoch)
+_LOCAL = threading.local()
+
+
+def priced_now(graphs: Sequence[Any], target: Any, feeds: Mapping[str, np.ndarray] | None,
+               label: str) -> CostTable:
+    """The table `graphs` (planner.pipeline.priced_graphs) are priced by now: what this host
+    kept (planner.costs.host_costs.kept_pricing); what it lacks is measured in the background
+    (queued with the current `watch`, started when it ends, or now outside one)."""
+    from codegen.build import runtime_key
+    from planner.costs.host_costs import kept_pricing
+
+    pricing = kept_pricing(graphs, target, kernels=runtime_key())
+    if pricing.unmeasured or pricing.fit:
+        current = getattr(_LOCAL, "watch", None)
+        entry = (tuple(graphs), dict(feeds or {}), label, target)
+        if current is not None:
+            current.pending.append(entry)
+            current.provisional = True
+        else:
+            _queue([entry])
+    return pricing.table
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[Watch]:
+    """Collect what the plans made inside are priced by (Watch); their background
+    measurements start as one job when it ends."""
+    w = Watch(epoch=epoch())
+    outer = getattr(_LOCAL, "watch", None)
+    _LOCAL.watch = w
+    try:
+        yield w
+    finally:
+        _LOCAL.watch = outer
+    if w.pending and not _queue(w.pending) and not w.ranged:
+        w.provisional = False  # measured before in this process (or failed): nothing comes
+
+
+def current_watch() -> Watch | None:
+    return getattr(_LOCAL, "watch", None)
+
+
+def ranged_on(provisional: bool) -> None:
+    """A call run on a range plan that is `provisional` (planned while its measurements were
+    taken): the current watch is then provisional too, planned again with the range."""
+    current = getattr(_LOCAL, "watch", None)
+    if provisional and current is not None:
+        current.provisional = current.ranged = True
+
+
+def _queue(entries: list[_Entry]) -> bool:
+    """Queue one job for `entries` (where the same graphs are not queued or running); False
+    where a job of them ended in this process: their measurements are what they will be."""
+    h = hashlib.sha256()
+    for graphs, _, _, _ in entries:
+        for g in graphs:
+            h.update(g.to_json().encode())
+    key = h.hexdigest()
+    with _LOCK:
+        if key in _KNOWN:
+            return key not in _ENDED
+        _KNOWN.add(key)
+        label = " and ".join(dict.fromkeys(label for _, _, label, _ in entries))
+        _QUEUE.append(_Job(key, [(g, f) for g, f, _, _ in entries], label, entries[0][3]))
+        _advance()
+    return True
+
+
+def epoch() -> int:
+    """How many background jobs have ended in this process (polling the running one): a plan
+    made at an earlier epoch while provisional may now be priced better."""
+    with _LOCK:
+        _advance()
+        return _FINISHED[0]
+
+
+def pending() -> bool:
+    """Whether a job runs or waits."""
+    with _LOCK:
+        _advance()
+        return bool(_RUNNING or _QUEUE)
+
+
+def wait(timeout: float | None = None) -> None:
+    """Wait for every queued job to end (tests, and `planner.torch`'s measure="first"
+    after the fact)."""
+    import time
+
+    end = None if timeout is None else time.monotonic() + timeout
+    while pending():
+        if end is not None and time.monotonic() > end:
+            raise TimeoutError("background measurement still running")
+        time.sleep(0.05)
+
+
+def _advance() -> None:
+    """End the running job if its child exited; start the next queued one."""
+    if _RUNNING:
+        job = _RUNNING[0]
+        code = job.process.poll() if job.process is not None else 0
+        if code is None:
+            return
+        _RUNNING.pop()
+        _ENDED.add(job.key)
+        _FINISHED[0] += 1
+        _ended(job, code)
+    if _QUEUE:
+        job = _QUEUE.pop(0)
+        _start(job)
+        _RUNNING.append(job)
+
+
+def _start(job: _Job) -> None:
+    """The job's child: its graphs, target and feeds in a folder it removes when done."""
+    job.folder = Path(tempfile.mkdtemp(prefix="planner-measure-"))
+    for k, (graphs, feeds) in enumerate(job.groups):
+        for i, g in enumerate(graphs):
+            (job.folder / f"group{k}.graph{i}.json").write_text(g.to_json(), encoding="utf-8")
+        np.savez(job.folder / f"group{k}.feeds.npz", **feeds)
+    (job.folder / "target.json").write_text(job.target.to_json(), encoding="utf-8")
+    print(f"planner: measuring this host's kernels for {job.label} in the background (a child "
+          f"at low priority); planned for now from what the host kept, the measured plan "
+          f"comes in between steps", file=sys.stderr, flush=True)
+    log = open(job.folder / "log.txt", "w")  # noqa: SIM115 - the child's, closed with it
+    try:
+        job.process = subprocess.Popen(
+            [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid())],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_lowest_priority, env={**os.environ, "PLANNER_MEASURE": "first"})
+    finally:
+        log.close()
+
+
+def _lowest_priority() -> None:
+    os.nice(19)
+
+
+def _ended(job: _Job, code: int) -> None:
+    if code != 0 and job.folder is not None:
+        try:
+            tail = (job.folder / "log.txt").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            tail = []
+        last = tail[-1][:200] if tail else f"exit status {code}"
+        print(f"planner: warning: measuring {job.label} in the background failed ({last}); "
+              f"its plans stay priced by what the host kept and the model", file=sys.stderr,
+              flush=True)
+    if job.folder is not None:
+        shutil.rmtree(job.folder, ignore_errors=True)
+
+
+@atexit.register
+def _at_exit() -> None:
+    """A job still running finishes alone (it keeps what it measures for the next process);
+    queued ones are left to the next process that needs them."""
+    with _LOCK:
+        _advance()
+        if _RUNNING and _RUNNING[0].process is not None:
+            print(f"planner: measuring {_RUNNING[0].label} goes on in the background (pid "
+                  f"{_RUNNING[0].process.pid}, low priority) and is kept for the next run",
+                  file=sys.stderr, flush=True)
+        _QUEUE.clear()

@@ -1,0 +1,140 @@
+"""Measuring off the critical path (codegen/measure_later.py): the first plan is priced by what
+the host kept and the model, a child measures the rest at low priority, and the plan made from
+its measurements comes in between steps with the run's state; a later plan of the same graph
+measures nothing. The child is real: it builds and runs this host's kernels into a store of the
+test's own (the kernel library is the suite's, linked in)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import pytest
+
+from codegen import measure_later
+from codegen.build import build_runtime, runtime_folder
+from planner.costs.host_costs import kept_pricing
+from planner.errors import UserError
+from planner.pipeline import priced_graphs
+from planner.target.detect import detect
+
+torch = pytest.importorskip("torch")
+nn, F = torch.nn, torch.nn.functional
+
+
+@pytest.fixture
+def own_store(tmp_path, monkeypatch):
+    """PLANNER_CACHE of the test's own, holding the suite's kernel library (by a link): the
+    child process, which reads the environment, measures into it."""
+    build_runtime()
+    runtime = runtime_folder()
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    (tmp_path / runtime.name).symlink_to(runtime, target_is_directory=True)
+    yield tmp_path
+    measure_later.wait(600)
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 6 * 6, 5))
+
+
+def eager_losses(model, x, y, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def test_the_first_plan_waits_for_no_measurement_and_the_measured_one_comes_between_steps(
+        own_store, capfd):
+    from planner.torch import trainer
+
+    model = net()
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 6, 6), torch.tensor([0, 1, 2, 3])
+    t = trainer(model, [x], F.cross_entropy, y, optimizer="sgd", lr=0.05, momentum=0.9,
+                costs="background")
+    first = t.shapes.primary
+    assert first.provisional == 0                        # planned before anything was measured
+    assert not first.plan.summary.measured_signatures    # priced by the model alone
+    losses = [t.step(x, y) for _ in range(3)]
+    measure_later.wait(600)
+    losses += [t.step(x, y) for _ in range(3)]
+    now = t.shapes.primary
+    assert now.provisional is None
+    assert now.plan.summary.measured_signatures          # the store's measurements price it
+    said = capfd.readouterr().err
+    assert "in the background" in said
+    if now.plan.to_json() != first.plan.to_json():       # swapped: said, the state carried
+        assert "swapped in" in said and t.executor is now.executor
+    # The run is PyTorch's whatever plan ran each step: float32 sums of a few hundred terms,
+    # six steps of momentum SGD.
+    np.testing.assert_allclose(losses, eager_losses(reference, x, y, 6), rtol=2e-4, atol=1e-5)
+    params = t.params()
+    for name, value in reference.state_dict().items():
+        np.testing.assert_allclose(params[name], value.numpy(), rtol=2e-4, atol=2e-5)
+
+    # The host keeps what the child measured: the same graph plans from it at once.
+    again = trainer(net(), [x], F.cross_entropy, y, optimizer="sgd", lr=0.05, momentum=0.9,
+                    costs="background")
+    assert again.shapes.primary.provisional is None and not measure_later.pending()
+    assert again.plan.to_json() == now.plan.to_json()
+
+
+def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(own_store,
+                                                                                capfd):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 3))
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="planner", options={"costs": "background"})
+    x, y = torch.randn(6, 12), torch.tensor([0, 1, 2, 0, 1, 2])
+    ours, theirs = [], []
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(6):
+        if step == 3:
+            measure_later.wait(600)
+        for m, o, out in ((compiled, opt, ours), (reference, ref_opt, theirs)):
+            o.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            out.append(loss.item())
+    said = capfd.readouterr().err
+    assert "in the background" in said and "planning it again from them" in said
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_what_the_host_kept_prices_now_and_what_it_lacks_is_listed(own_store):
+    from planner.graph.autodiff import make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.zoo import build
+
+    graph = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=6, classes=3),
+                                Optimizer(kind="sgd", lr=0.1))
+    host = detect()
+    pricing = kept_pricing(priced_graphs(graph, host), host)
+    assert pricing.unmeasured and len(pricing.table) == 0   # an empty store prices nothing
+    assert pricing.fit == (host.cores > 1)
+
+
+def test_the_measuring_mode_is_checked(monkeypatch):
+    monkeypatch.setenv("PLANNER_MEASURE", "later")
+    with pytest.raises(UserError, match="PLANNER_MEASURE='later'"):
+        measure_later.measure_mode()
+    monkeypatch.setenv("PLANNER_MEASURE", "first")
+    assert measure_later.measure_mode() == "first"
+    monkeypatch.delenv("PLANNER_MEASURE")
+    assert measure_later.measure_mode() == "background"
+    assert os.environ.get("PLANNER_MEASURE") is None
