@@ -217,7 +217,7 @@ class Shapes:
         self._build = build
         self._within = within
         self.distinct: set[ShapeKey] = {primary.key}  # every shape the run has brought
-        self.churn_told = False
+        self.churn_told = self.drop_told = False
         self._others: OrderedDict[ShapeKey, Built] = OrderedDict()
         self._progress = progress if progress is not None else sys.stderr
         self.planned = 1  # shapes planned and built so far in this run (a new one counts)
@@ -292,8 +292,11 @@ class Shapes:
             old = next((k for k, b in self._others.items() if b.within is not None),
                        next(iter(self._others)))
             del self._others[old]
-            print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
-                  f"{self.limit} kept besides the first)", file=self._progress, flush=True)
+            if not self.drop_told:  # once: shapes that keep changing would say it each step
+                self.drop_told = True
+                print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
+                      f"{self.limit} kept besides the first; later ones are dropped without "
+                      f"a word)", file=self._progress, flush=True)
         return built
 
     def _in_range(self, key: ShapeKey, arrays: Sequence[np.ndarray]) -> Built | None:

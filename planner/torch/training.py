@@ -57,9 +57,12 @@ from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of, spell
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
 
-def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: Any) -> Any:
+def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: Any,
+           dynamic: bool = False) -> Any:
     """torch.export of `loss(module(*inputs), labels)` followed by the module's outputs (or
-    of the module alone without a loss), in the module's current train()/eval() mode.
+    of the module alone without a loss), in the module's current train()/eval() mode; with
+    `dynamic`, every input dimension left to torch to keep symbolic or specialise
+    (Dim.AUTO: planner/importers/torch/specialize.py).
     TorchImportError, in one line, where torch.export fails or the trace goes through a
     torch.autograd.Function of the user's (planner/torch/export_watch.py) or a backward hook
     the step could not apply (planner/torch/hooks.py)."""
@@ -97,7 +100,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             quiet_torch_logs():  # the failure is said below, in one line
         warnings.simplefilter("ignore")
         try:
-            program = torch.export.export(wrapped, args)
+            dims = tuple({d: torch.export.Dim.AUTO for d in range(a.dim())}
+                         if isinstance(a, torch.Tensor) else None for a in args)
+            program = torch.export.export(wrapped, args,
+                                          dynamic_shapes=(dims,) if dynamic else None)
         except Exception as e:  # torch's own failure, as one line saying where and what to do
             raise (gradients_taken(watch, name) or hooks_registered(watch, name)
                    or export_failed(e, watch, name)) from None
@@ -410,12 +416,10 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     optimizer step (the example inputs are one micro-batch; each `step` takes one and every
     `accumulate`-th updates the parameters with the mean of their gradients, as PyTorch's
     `(loss / K).backward()` K times then `optimizer.step()`); costs: what the plan is priced
-    with: None (the default: "background" on the host, planner.costs.host_costs.default_costs
-    and codegen/measure_later.py), "background" (priced now by the times this host kept and
-    the model; the rest measured by a child at low priority meanwhile, and the plan made again
-    from them swapped in between steps, said in one line), "measured" (times measured on
-    this machine first and kept per host: only the kernels no earlier plan measured are run,
-    with a progress line on stderr), "analytical" (the cost model), a
+    with: None (the default: "background" on the host), "background" (the times this host
+    kept and the model now; the rest measured by a child at low priority, the plan made from
+    them swapped in between steps: codegen/measure_later.py), "measured" (measured first,
+    kept per host: only kernels no plan measured run), "analytical" (the cost model), a
     cost table or the path of one (`planner profile` on this target), or "in-step": every op
     measured inside this step first (a few builds and steps, codegen.profiling.
     profile_in_step), the table kept as costs.json in out_dir (without one, the profile's
@@ -694,7 +698,7 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
     if traced is not None and shapes in traced:
         imported, step = traced[shapes]
     else:
-        imported = _imported(recipe, examples)
+        imported = _imported_at(recipe, examples, traced, ranged.imported)
         step = step_at(ranged.choices, prepare(imported.graph, recipe.graph_options))
         if traced is not None:
             traced[shapes] = imported, step
@@ -713,6 +717,62 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
                  plan=ranged.plan, package=ranged.package, executor=executor,
                  target=ranged.target, table=ranged.table, feeds=_feeds(imported, step),
                  choices=ranged.choices, within=ranged.key)
+
+
+# The key under which a run's `traced` keeps its symbolic trace (None: torch could not make one).
+_SYMBOLIC = "symbolic"
+# Shapes traced as they are before the run traces its module once for every size: a symbolic
+# trace costs about three concrete ones (7 s against 2-2.5 s for a 2-layer encoder on the
+# loaded VM), and a run whose only other shape is its last batch never needs one.
+SYMBOLIC_AFTER = 2
+
+
+def _imported_at(recipe: Recipe, examples: Sequence[Any], traced: dict[Any, Any] | None,
+                 like: TorchImport) -> TorchImport:
+    """The module imported at the shapes of `examples`, under the names of `like` (the range
+    plan's import): from the run's one symbolic trace (planner/importers/torch/specialize.py:
+    no torch.export and no decomposition again, 0.04 s where they took 1.7-2.3 s) where it
+    holds these sizes and gives the same ops, else traced at them."""
+    from planner.importers.torch.record import OutsideTrace
+    from planner.importers.torch.specialize import named_like
+
+    if traced is None or (_SYMBOLIC not in traced and len(traced) < SYMBOLIC_AFTER):
+        return _imported(recipe, examples)  # a shape or two more (a last batch): traced as is
+    if _SYMBOLIC not in traced:
+        traced[_SYMBOLIC] = _symbolic_trace(recipe, examples)
+    symbolic = traced[_SYMBOLIC]
+    if symbolic is not None:
+        try:
+            named = named_like(convert(symbolic.at(separate(examples)),
+                                       name=type(recipe.module).__name__,
+                                       module_root=PREFIX.rstrip(".")), like)
+            if named is not None:
+                return named
+        except OutsideTrace:
+            pass
+    return _imported(recipe, examples)
+
+
+def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
+    """The module traced once with dynamic shapes and decomposed (SymbolicTrace), or None
+    where torch cannot trace it so (each size is then traced as it is)."""
+    from planner.importers.torch.convert import decompose
+    from planner.importers.torch.grad_mode import detach_grad_off
+    from planner.importers.torch.specialize import SymbolicTrace
+
+    module = recipe.module
+    inputs = examples[:-1] if recipe.with_labels else examples
+    labels = examples[-1] if recipe.with_labels else None
+    now = [m.training for m in module.modules()]
+    _set_modes(module, recipe.modes)
+    try:
+        program = export(module, inputs, recipe.loss, labels, dynamic=True)
+        detach_grad_off(program)
+        return SymbolicTrace(decompose(program), PREFIX.rstrip("."))
+    except Exception:  # noqa: BLE001 - torch's failure to trace symbolically: per size then
+        return None
+    finally:
+        _set_modes(module, now)
 
 
 def _imported(recipe: Recipe, examples: Sequence[Any]) -> TorchImport:

@@ -35,17 +35,17 @@ def export_once_per_module():
     real = trainer.export
     made: dict[tuple, object] = {}
 
-    def export(module, inputs, loss, labels):
+    def export(module, inputs, loss, labels, dynamic=False):
         # What the program is a function of: structure, modes, values, which parameters
-        # are frozen, inputs, the loss.
+        # are frozen, inputs, the loss, whether its sizes are symbols.
         key = (repr(module), _structure(module), tensor_digest(module.state_dict().values()),
                tuple(p.requires_grad for p in module.parameters()),
                tensor_digest(inputs), loss,
-               None if labels is None else tensor_digest([labels]))
+               None if labels is None else tensor_digest([labels]), dynamic)
         if key not in made:
             # Copied at once: the program holds the module's own parameters, which the
             # caller may change later.
-            made[key] = copy.deepcopy(real(module, inputs, loss, labels))
+            made[key] = copy.deepcopy(real(module, inputs, loss, labels, dynamic))
         return copy.deepcopy(made[key])
 
     trainer.export = export

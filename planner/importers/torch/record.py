@@ -134,12 +134,24 @@ class Program:
             {targets.get(k, k): t for k, t in self.tensors.items()})
 
 
-def from_exported(program: Any, root: str = "") -> Program:
+class OutsideTrace(ValueError):
+    """Concrete shapes a symbolic trace does not hold (a dimension it specialised, a guard
+    torch recorded that they fail, a size outside its range): trace them as they are."""
+
+
+def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | None = None
+                  ) -> Program:
     """The record of a decomposed ExportedProgram traced in this process; module paths less
-    the `root` prefix (the trainer's wrapper holds the user's module as `model`)."""
+    the `root` prefix (the trainer's wrapper holds the user's module as `model`). With
+    `binding` (planner/importers/torch/specialize.py: each size symbol of a program traced
+    with dynamic shapes, its value), the program at those sizes: every symbolic size, and
+    every call computing one (`sym_size`, size arithmetic), evaluated to its integer, every
+    guard torch recorded checked (OutsideTrace where one fails)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     from planner.importers.torch.origin import location, module_path
+
+    sizes: dict[str, Any] = {}  # calls computing a size (or a guard's truth): their values
 
     sig = program.graph_signature
     kinds = {InputKind.USER_INPUT: "user_input", InputKind.PARAMETER: "parameter",
@@ -160,20 +172,25 @@ def from_exported(program: Any, root: str = "") -> Program:
                                        f"{getattr(getattr(spec, 'kind', None), 'name', None)}")
             held = program.state_dict.get(spec.target or "")
             inputs.append(Input(node.name, kind, spec.target or "", _value(node, node.meta.get(
-                "val")), trainable=bool(getattr(held, "requires_grad", True))))
+                "val"), binding), trainable=bool(getattr(held, "requires_grad", True))))
         elif node.op == "call_function" and _passes_token(node, tokens):
             tokens.add(node.name)
+        elif node.op == "call_function" and binding is not None and _sized(node, binding,
+                                                                             sizes):
+            continue
         elif node.op == "call_function":
             import torch.fx
 
+            def arg(a: Any) -> Any:
+                return sizes[a.name] if a.name in sizes else Ref(a.name)
+
             target = "getitem" if node.target is operator.getitem else str(node.target)
             val = node.meta.get("val")
-            out = tuple(_value(node, v) for v in val) if isinstance(val, (tuple, list)) else \
-                _value(node, val)
+            out = tuple(_value(node, v, binding) for v in val) \
+                if isinstance(val, (tuple, list)) else _value(node, val, binding)
             calls.append(Call(node.name, target,
-                              torch.fx.node.map_arg(tuple(node.args), lambda a: Ref(a.name)),
-                              dict(torch.fx.node.map_arg(dict(node.kwargs),
-                                                         lambda a: Ref(a.name))),
+                              torch.fx.node.map_arg(tuple(node.args), arg),
+                              dict(torch.fx.node.map_arg(dict(node.kwargs), arg)),
                               out, module_path(node, root), len(node.users),
                               location(node, root)))
     outputs = []
@@ -221,13 +238,58 @@ def _passes_token(node: Any, tokens: set[str]) -> bool:
     return True
 
 
-def _value(node: Any, val: Any) -> Value | None:
+# Calls torch.export records to check a symbolic size: run on the binding, then dropped.
+GUARDS = frozenset({"aten._assert_scalar.default", "aten.sym_constrain_range_for_size.default",
+                    "aten.sym_constrain_range.default", "aten._assert_tensor_metadata.default"})
+
+
+def _sized(node: Any, binding: Mapping[Any, int], sizes: dict[str, Any]) -> bool:
+    """Whether `node` computes a size or a guard's truth (its value a SymInt, SymBool or
+    SymFloat: kept in `sizes` at the binding) or checks one (GUARDS: OutsideTrace where it
+    fails at the binding); such a call is no op of the program at concrete sizes."""
+    import torch
+
+    val = node.meta.get("val")
+    if isinstance(val, torch.SymInt | torch.SymBool | torch.SymFloat | int | bool) and \
+            not isinstance(val, torch.Tensor):
+        sizes[node.name] = _at(val, binding)
+        return True
+    if str(node.target) in GUARDS:
+        if str(node.target) == "aten._assert_scalar.default":
+            held = node.args[0]
+            truth = sizes.get(held.name) if hasattr(held, "name") else held
+            if truth is not True:
+                raise OutsideTrace(f"the trace's guard {node.args[1:]!r} fails at these sizes")
+        return True
+    return False
+
+
+def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
+    """A symbolic size (or a plain int) at the binding: an int (a bool, a float)."""
+    import torch
+
+    if not isinstance(value, torch.SymInt | torch.SymBool | torch.SymFloat):
+        return value
+    import sympy
+
+    expr = sympy.sympify(value.node.expr)
+    if binding is None:
+        raise TypeError("symbolic")
+    done = sympy.sympify(expr.xreplace({k: sympy.Integer(v) for k, v in binding.items()
+                                        if k in expr.free_symbols}))
+    if done.free_symbols:
+        raise OutsideTrace(f"size {expr} has symbols the binding lacks")
+    kind = {torch.SymInt: int, torch.SymBool: bool, torch.SymFloat: float}[type(value)]
+    return kind(done)
+
+
+def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Value | None:
     if val is None or not hasattr(val, "shape"):
         return None
     try:
-        shape = tuple(int(d) for d in val.shape)
-        strides = tuple(int(s) for s in val.stride())
-        offset = int(val.storage_offset())
+        shape = tuple(int(_at(d, binding)) for d in val.shape)
+        strides = tuple(int(_at(s, binding)) for s in val.stride())
+        offset = int(_at(val.storage_offset(), binding))
     except (TypeError, RuntimeError) as e:  # a symbol (dynamic shapes), or data-dependent
         from planner.importers.torch.context import TorchImportError
 

@@ -1,0 +1,113 @@
+"""One trace for every size: a program traced by torch.export with dynamic shapes and decomposed
+once, recorded at each concrete size by evaluating its size symbols (record.from_exported's
+`binding`), where tracing and decomposing again took 1.5-3 s a size (a 2-layer encoder on the
+2-core VM: the dynamic-padding loop of bench/first_step_loop.py, a new length every few steps).
+
+    traced = SymbolicTrace(decomposed)                # torch.export(..., dynamic_shapes=AUTO)
+    record = traced.at((tokens, mask, labels))        # a Program at these sizes, or OutsideTrace
+
+Sound as torch's own dynamic shapes are: the program holds for every size its guards and range
+constraints allow; `at` checks both at the binding (and that every input dimension the trace
+kept static has its traced size) and raises OutsideTrace otherwise, and the caller traces those
+sizes as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from planner.importers.torch.record import OutsideTrace, Program, from_exported
+
+if TYPE_CHECKING:
+    from planner.importers.torch.convert import TorchImport
+
+
+class SymbolicTrace:
+    """A decomposed ExportedProgram traced with dynamic shapes, recorded at concrete sizes."""
+
+    def __init__(self, program: Any, root: str = "") -> None:
+        from torch.export.graph_signature import InputKind
+
+        self.program = program
+        self.root = root
+        kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs
+                 if hasattr(s.arg, "name")}
+        self._inputs = [n for n in program.graph_module.graph.nodes
+                        if n.op == "placeholder" and kinds.get(n.name) == InputKind.USER_INPUT]
+
+    def binding(self, args: Sequence[Any]) -> dict[Any, int]:
+        """Each size symbol's value at the shapes of `args` (the traced inputs, in order);
+        OutsideTrace where they are not a size of the trace."""
+        import sympy
+        import torch
+
+        if len(args) != len(self._inputs):
+            raise OutsideTrace(f"{len(args)} inputs, the trace has {len(self._inputs)}")
+        binding: dict[Any, int] = {}
+        pairs = []
+        for node, a in zip(self._inputs, args, strict=True):
+            val = node.meta.get("val")
+            if tuple(val.shape).__len__() != a.dim():
+                raise OutsideTrace(f"input {node.name!r} of rank {a.dim()}")
+            for d, n in zip(val.shape, a.shape, strict=True):
+                expr = d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(int(d))
+                if isinstance(expr, sympy.Symbol) and expr not in binding:
+                    binding[expr] = int(n)
+                pairs.append((node.name, expr, int(n)))
+        for name, expr, n in pairs:
+            if expr.xreplace(binding) != n:
+                raise OutsideTrace(f"input {name!r}: the trace holds {expr} there, not {n}")
+        for symbol, ranges in (self.program.range_constraints or {}).items():
+            value = binding.get(symbol)
+            if value is not None and not (ranges.lower <= value <= ranges.upper):
+                raise OutsideTrace(f"size {symbol} = {value} outside the trace's range "
+                                   f"[{ranges.lower}, {ranges.upper}]")
+        return binding
+
+    def at(self, args: Sequence[Any]) -> Program:
+        """The program's record at the shapes of `args` (OutsideTrace: trace them apart)."""
+        return from_exported(self.program, self.root, self.binding(args))
+
+
+def named_like(imported: TorchImport, like: TorchImport) -> TorchImport | None:
+    """`imported` under the names of `like` (an import of the same module at other sizes, from
+    another trace), tensor for tensor and node for node in their order; None where the two
+    are not the same computation op for op (then the caller traces the sizes as they are). A
+    symbolic trace numbers its calls past its size calls (`add_7` for a concrete trace's
+    `add_5`); what else the graphs hold is checked again by who runs one on the other's plan
+    (planner/pipeline/ranges.py)."""
+    from dataclasses import replace
+
+    from planner.graph.validate import check_graph
+
+    mine, theirs = imported.graph, like.graph
+    if (len(mine.nodes) != len(theirs.nodes) or len(mine.tensors) != len(theirs.tensors)
+            or any((a.op, len(a.inputs), len(a.outputs)) != (b.op, len(b.inputs),
+                                                               len(b.outputs))
+                   for a, b in zip(mine.nodes, theirs.nodes, strict=True))
+            or any((a.role, a.dtype, len(a.shape)) != (b.role, b.dtype, len(b.shape))
+                   for a, b in zip(mine.tensors, theirs.tensors, strict=True))):
+        return None
+    names = {a.name: b.name for a, b in zip(mine.tensors, theirs.tensors, strict=True)}
+
+    def tensor(name: str | None) -> str | None:
+        return None if name is None else names[name]
+
+    fields = {f: getattr(mine, f) for f in type(mine).model_fields}
+    graph = check_graph(type(mine)(**{
+        **fields,
+        "name": theirs.name,
+        "tensors": tuple(t.model_copy(update={"name": names[t.name],
+                                              "updates": tensor(t.updates)})
+                         for t in mine.tensors),
+        "nodes": tuple(n.model_copy(update={"name": b.name,
+                                            "inputs": tuple(names[i] for i in n.inputs),
+                                            "outputs": tuple(names[o] for o in n.outputs)})
+                       for n, b in zip(mine.nodes, theirs.nodes, strict=True)),
+        "outputs": tuple(names[o] for o in mine.outputs),
+        "loss": tensor(mine.loss)}))
+    return replace(imported, graph=graph,
+                   consts={names.get(k, k): v for k, v in imported.consts.items()},
+                   inputs=tuple(names.get(i, i) for i in imported.inputs),
+                   outputs=tuple(names.get(o, o) for o in imported.outputs))
