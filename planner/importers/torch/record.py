@@ -149,8 +149,6 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
     guard torch recorded checked (OutsideTrace where one fails)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
-    from planner.importers.torch.origin import location, module_path
-
     sizes: dict[str, Any] = {}  # calls computing a size (or a guard's truth): their values
 
     sig = program.graph_signature
@@ -179,20 +177,7 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
                                                                              sizes):
             continue
         elif node.op == "call_function":
-            import torch.fx
-
-            def arg(a: Any) -> Any:
-                return sizes[a.name] if a.name in sizes else Ref(a.name)
-
-            target = "getitem" if node.target is operator.getitem else str(node.target)
-            val = node.meta.get("val")
-            out = tuple(_value(node, v, binding) for v in val) \
-                if isinstance(val, (tuple, list)) else _value(node, val, binding)
-            calls.append(Call(node.name, target,
-                              torch.fx.node.map_arg(tuple(node.args), arg),
-                              dict(torch.fx.node.map_arg(dict(node.kwargs), arg)),
-                              out, module_path(node, root), len(node.users),
-                              location(node, root)))
+            calls.append(_call(node, root, binding, sizes))
     outputs = []
     for spec in sig.output_specs:
         kind = {OutputKind.USER_OUTPUT: "user_output",
@@ -210,6 +195,25 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
                   if hasattr(v, "shape")},
                **{k: _tensor(v) for k, v in program.state_dict.items()}}
     return Program(tuple(inputs), tuple(calls), tuple(outputs), tensors)
+
+
+def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
+          sizes: Mapping[str, Any]) -> Call:
+    """The record of one call_function node (the sizes it reads at the binding, as ints)."""
+    import torch.fx
+
+    from planner.importers.torch.origin import location, module_path
+
+    def arg(a: Any) -> Any:
+        return sizes[a.name] if a.name in sizes else Ref(a.name)
+
+    target = "getitem" if node.target is operator.getitem else str(node.target)
+    val = node.meta.get("val")
+    out = tuple(_value(node, v, binding) for v in val) \
+        if isinstance(val, (tuple, list)) else _value(node, val, binding)
+    return Call(node.name, target, torch.fx.node.map_arg(tuple(node.args), arg),
+                dict(torch.fx.node.map_arg(dict(node.kwargs), arg)), out,
+                module_path(node, root), len(node.users), location(node, root))
 
 
 # Ops torch.export threads on an effect token whose only effect is raising an error
