@@ -19,6 +19,7 @@ becomes one more output of the planner's graph, copied back into the argument af
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,25 +49,12 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     from planner.importers.torch.record import Output
 
     tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    program = _exported(gm, args, tensor_at)
-    outputs = program.graph_signature.output_specs
-    n_user = sum(1 for s in outputs if s.kind.name == "USER_OUTPUT")
-    from planner.importers.torch import fastpath, fma, foreach
-    from planner.importers.torch.convert import decompose
-    from planner.importers.torch.grad_mode import detach_grad_off
-    from planner.importers.torch.record import from_exported
+    record = _symbolic_record(gm, args, tensor_at)
+    if record is None:
+        from planner.importers.torch.record import from_exported
 
-    detach_grad_off(program)  # no_grad regions inside the graph: their results detached
-
-    try:
-        record = from_exported(decompose(program, {**fastpath.decompositions(),
-                                                       **fma.decompositions(),
-                                                       **foreach.decompositions()}))
-    except TorchImportError:
-        raise
-    except Exception as e:  # a program torch itself cannot decompose
-        raise TorchImportError(f"cannot decompose the graph: {type(e).__name__}: "
-                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        record = from_exported(_decomposed(_exported(gm, args, tensor_at)))
+    n_user = sum(1 for o in record.outputs if o.kind == "user_output")
     user_inputs = [i.name for i in record.inputs if i.kind == "user_input"]
     if len(user_inputs) != len(tensor_at):
         raise TorchImportError(f"the traced graph takes {len(user_inputs)} tensors, the call "
@@ -98,6 +86,88 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
                        tuple(zip(mutated, returned[:n_mut], strict=True)))  # type: ignore[arg-type]
 
 
+def _decomposed(program: Any) -> Any:
+    """The exported graph with its no_grad regions' results detached, decomposed as the
+    backend decomposes (its fast paths kept whole)."""
+    from planner.importers.torch import fastpath, fma, foreach
+    from planner.importers.torch.convert import decompose
+    from planner.importers.torch.grad_mode import detach_grad_off
+
+    detach_grad_off(program)  # no_grad regions inside the graph: their results detached
+    try:
+        return decompose(program, {**fastpath.decompositions(), **fma.decompositions(),
+                                   **foreach.decompositions()})
+    except TorchImportError:
+        raise
+    except Exception as e:  # a program torch itself cannot decompose
+        raise TorchImportError(f"cannot decompose the graph: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+# Dynamo's graphs of symbolic sizes (its automatic-dynamic recompile: a size argument per
+# dynamic dimension), each traced once for every size (planner/importers/torch/specialize.py);
+# None: not symbolic, or torch could not trace it so.
+_SYMBOLIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
+    """The record of `gm` at these arguments' sizes from its one symbolic trace, or None
+    where it has none (a graph of static sizes) or it does not hold them (OutsideTrace)."""
+    from planner.importers.torch.record import OutsideTrace
+
+    if gm not in _SYMBOLIC:
+        sources = _size_sources(gm, args, tensor_at)
+        _SYMBOLIC[gm] = None if sources is None else _symbolic_trace(gm, args, tensor_at,
+                                                                      sources)
+    trace = _SYMBOLIC[gm]
+    if trace is None:
+        return None
+    try:
+        return trace.at([args[k] for k in tensor_at])
+    except OutsideTrace:
+        return None
+
+
+def _size_sources(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]
+                  ) -> dict[int, tuple[int, int]] | None:
+    """For each size argument of `gm` (a placeholder whose value is a SymInt: Dynamo's dynamic
+    dimension), the tensor argument (its index among the tensors) and dimension that is the
+    same symbol, read from Dynamo's own metadata (not from equal values, which two dimensions
+    may share by chance); None where there is none, or one is no tensor's dimension."""
+    import sympy
+    import torch
+
+    nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(nodes) != len(args):
+        return None
+    values = [n.meta.get("example_value") for n in nodes]
+    dims: dict[Any, tuple[int, int]] = {}
+    for i, k in enumerate(tensor_at):
+        for d, size in enumerate(getattr(values[k], "shape", ())):
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                dims.setdefault(size.node.expr, (i, d))
+    sources = {}
+    for k, v in enumerate(values):
+        if isinstance(v, torch.SymInt):
+            if v.node.expr not in dims:
+                return None
+            sources[k] = dims[v.node.expr]
+    return sources or None
+
+
+def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
+                    sources: dict[int, tuple[int, int]]) -> Any:
+    """`gm` traced once with every tensor dimension left to torch (Dim.AUTO), each size
+    argument read from its tensor's dimension, and decomposed; None where torch cannot."""
+    from planner.importers.torch.specialize import SymbolicTrace
+
+    try:
+        program = _exported(gm, args, tensor_at, sources)
+        return SymbolicTrace(_decomposed(program))
+    except Exception:  # noqa: BLE001 - each size traced as it is then
+        return None
+
+
 def check_custom_backwards(gm: Any) -> None:
     """TorchImportError naming the first torch.autograd.Function of the user's in `gm` (Dynamo
     records one as `autograd_function_apply` with its forward and backward bodies): a graph
@@ -118,9 +188,12 @@ def check_custom_backwards(gm: Any) -> None:
                 f"the derivative of its forward")
 
 
-def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
+def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
+              sizes: dict[int, tuple[int, int]] | None = None) -> Any:
     """torch.export of `gm` on `args`, its tensors (at `tensor_at`) the program's inputs and
-    every other argument fixed; TorchImportError in one line where torch.export fails."""
+    every other argument fixed; with `sizes` (_size_sources), traced with dynamic shapes, each
+    size argument its tensor's dimension. TorchImportError in one line where torch.export
+    fails."""
     import torch
 
     fixed = list(args)
@@ -134,6 +207,8 @@ def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
             full = list(fixed)
             for k, t in zip(tensor_at, tensors, strict=True):
                 full[k] = t
+            for k, (i, d) in (sizes or {}).items():
+                full[k] = tensors[i].shape[d]
             # Run node by node with each node's meta kept: the traced calls then carry the
             # user's module path and source line (Dynamo's), which messages name.
             with torch.fx.traceback.preserve_node_meta():
@@ -144,7 +219,9 @@ def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            program = torch.export.export(Piece(), examples, strict=False)
+            dims = tuple({d: torch.export.Dim.AUTO for d in range(t.dim())} for t in examples)
+            program = torch.export.export(Piece(), examples, strict=False,
+                                          dynamic_shapes=(dims,) if sizes else None)
         except Exception as e:  # torch's own failure, in one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise TorchImportError(f"torch.export of the graph: {type(e).__name__}: "

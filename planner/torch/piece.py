@@ -269,8 +269,11 @@ def _tell_churn(piece: Any, key: str, shapes: dict[str, tuple[int, ...]]) -> Non
     seen = _DISTINCT.setdefault(key, set())
     seen.add(tuple(sorted(shapes.items())))
     if len(seen) == CHURN:
+        varying = {n for n in shapes
+                   if len({s for d in seen for m, s in d if m == n}) > 1}
         largest = {n: tuple(max(s[k] for d in seen for m, s in d if m == n)
-                            for k in range(len(shape))) for n, shape in shapes.items()}
+                            for k in range(len(shape))) for n, shape in shapes.items()
+                   if n in varying}
         said = ", ".join(f"{n} {list(s)}" for n, s in sorted(largest.items()))
         warnings.warn(f"graph {piece.graph.name}: called with {CHURN} distinct input shapes so "
                       f"far (largest {said}); each runs in a range plan, and a size past them "
