@@ -222,6 +222,11 @@ class OpDef:
     # In an evaluation graph (model.eval()) output 0 is input 0 (Dropout): the op is dropped
     # and its readers read its input.
     evaluation_identity: bool = False
+    # A collective's ring traffic (planner.schedule.parallel prices it): the bytes it moves
+    # ("inputs": its gradients; "outputs": the gathered bucket; "param outputs": a sharded
+    # update's parameters; "one float": a flag or sum of squares) and its ring passes (2: an
+    # all-reduce, a reduce-scatter then an all-gather; 1: either half).
+    ring_traffic: tuple[str, int] | None = None
     # Output 0 is input 0's bytes under another shape: memory planning gives it no bytes of its
     # own (an alias), and kernels copy nothing.
     view: bool = False
