@@ -429,15 +429,14 @@ def _c_double(v: float) -> str:
     return repr(float(v))
 
 
-def generate_files() -> dict[Path, str]:
-    """Both generated files' texts: the float kernels (OUT) and the low-type ones (OUT_LOW)."""
+def lower(some: list[Spec]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The CUDA source TVM writes for `some` specs' kernels: each kernel's lines and its
+    argument list (`name:code`), by symbol. A kernel's text does not depend on which others
+    are lowered beside it, so a few specs lowered alone check the generated files' freshness
+    in seconds (tests/codegen/test_tvm_kernels.py)."""
     import tvm
 
-    all_specs = specs()
-    funcs = {}
-    for spec in all_specs:
-        for block in spec.blocks:
-            funcs[spec.symbol(block)] = schedule(spec, block)
+    funcs = {spec.symbol(block): schedule(spec, block) for spec in some for block in spec.blocks}
     mod = tvm.build(tvm.IRModule(funcs), target=tvm.target.Target({"kind": "cuda",
                                                                   "arch": "sm_90"}))
     source = mod.imports[0].inspect_source()
@@ -453,25 +452,40 @@ def generate_files() -> dict[Path, str]:
             signatures[m.group(2)] = _args(m.group(3))
             current = chunks.setdefault(m.group(2), [])
         current.append(line.replace(" __restrict__", ""))
+    return chunks, signatures
+
+
+def table_rows(spec: Spec, signatures: dict[str, str] | None) -> list[str]:
+    """The spec's rows of kTvmKernels, one per op and block; without `signatures`, each row
+    up to its argument list (what the spec alone says)."""
+    pw = spec.pointwise
+    params = "|".join(f"{name} {CODES[d]} {_c_double(default)}" for name, d, default in pw.params)
+    extents = "|".join(f"{name} {axis}" for name, axis in pw.extents)
+    rows = []
+    for op in spec.ops:
+        for block in spec.blocks:
+            sym = spec.symbol(block)
+            row = (f'    {{"{op}", "{spec.sig}", "{spec.form_text}", {spec.rank}, '
+                   f'{spec.vec}, {block}, (const void*){sym}_kernel, ')
+            if signatures is not None:
+                row += f'"{signatures[sym]}", "{params}", "{extents}"}},'
+            rows.append(row)
+    return rows
+
+
+def generate_files() -> dict[Path, str]:
+    """Both generated files' texts: the float kernels (OUT) and the low-type ones (OUT_LOW)."""
+    import tvm
+
+    all_specs = specs()
+    chunks, signatures = lower(all_specs)
     version = tvm.__version__
     texts = {}
     for path, low in ((OUT, False), (OUT_LOW, True)):
         mine = [spec for spec in all_specs if spec.low == low]
         kernels = "\n".join(line for spec in mine for block in spec.blocks
                             for line in chunks[spec.symbol(block)]).strip() + "\n"
-        table = []
-        for spec in mine:
-            pw = spec.pointwise
-            params = "|".join(f"{name} {CODES[d]} {_c_double(default)}"
-                              for name, d, default in pw.params)
-            extents = "|".join(f"{name} {axis}" for name, axis in pw.extents)
-            for op in spec.ops:
-                for block in spec.blocks:
-                    sym = spec.symbol(block)
-                    table.append(
-                        f'    {{"{op}", "{spec.sig}", "{spec.form_text}", {spec.rank}, '
-                        f'{spec.vec}, {block}, (const void*){sym}_kernel, "{signatures[sym]}", '
-                        f'"{params}", "{extents}"}},')
+        table = [row for spec in mine for row in table_rows(spec, signatures)]
         texts[path] = (_low_file if low else _float_file)(version, mine, kernels, table)
     return texts
 

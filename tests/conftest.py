@@ -4,7 +4,8 @@ measuring every kernel a test plans on the host (the default, planner.costs.host
 make the suite profile the machine first; the numbers the tests check do not depend on it.
 
 Tiers: `make test` (CI: a fresh clone in under 20 minutes on 2 cores) runs every test but those
-of an opt-in marker; `make test-all` adds the `slow` tier (the larger cases: more models, more
+of an opt-in marker, and of each module with opt-in cases its `ci_sample` case(s)
+(tests/test_ci_tiers.py); `make test-all` adds the `slow` tier (the larger cases: more models, more
 ranks, sanitizer builds, the generated files' freshness) and the `nvcc` one (the CUDA runtime
 built and executors compiled against it; CI compiles the kernel sources to PTX only); the whole
 OpInfo sweep and the whole matrix through torch.compile have targets of their own."""

@@ -69,26 +69,72 @@ def test_generated_packages_import_only_the_runtime(tmp_path):
     assert imported and all(m.startswith("planner.runtime") for m in imported), imported
 
 
+def _parametrized_marks(test: ast.FunctionDef) -> dict[str, str]:
+    """The one mark each case of a `[pytest.param(c, marks=pytest.mark.X) if ... else ...]`
+    parametrisation gets, by the condition that picks it ("else" for the last)."""
+    listing = next(d for d in test.decorator_list if "parametrize" in ast.unparse(d)).args[1]
+    chosen, node = {}, listing.elt
+    while isinstance(node, ast.IfExp):
+        chosen[ast.unparse(node.test)] = ast.unparse(node.body.keywords[0].value)
+        node = node.orelse
+    chosen["else"] = ast.unparse(node.keywords[0].value)
+    return chosen
+
+
 def test_the_compile_matrix_runs_where_the_doc_says():
-    """The training-semantics matrix through the backend: in the slow tier (opt-in, not CI),
-    as many cases outside compile_full as the doc says, of as many in all."""
+    """The training-semantics matrix through the backend: one case in CI (its ci_sample),
+    as many more in the slow tier as the doc says, the rest in compile_full, of as many in
+    all."""
     from tests.conftest import OPT_IN
     from tests.helpers.training_semantics import CASES
 
     path = ROOT / "tests" / "importers" / "test_training_semantics_compile.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    ci = next(n.value for n in tree.body if isinstance(n, ast.Assign)
-              and getattr(n.targets[0], "id", "") == "CI")
+    values = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
+              if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") in
+              ("SAMPLE", "SLOW")}
     test = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
                 and n.name.startswith("test_"))
-    marks = {ast.unparse(d) for d in test.decorator_list}
-    assert "pytest.mark.slow" in marks and "slow" in OPT_IN
+    assert _parametrized_marks(test) == {"c.name == SAMPLE": "pytest.mark.ci_sample",
+                                         "c.name in SLOW": "pytest.mark.slow",
+                                         "else": "pytest.mark.compile_full"}
+    assert "slow" in OPT_IN and "compile_full" in OPT_IN and "ci_sample" not in OPT_IN
+    names = {c.name for c in CASES}
+    assert values["SAMPLE"] in names and set(values["SLOW"]) <= names
     words = dict(enumerate("zero one two three four five six seven eight nine ten".split()))
     words.update({n: str(n) for n in range(11, 1000)})
-    claim = DOC.split("test_training_semantics_compile.py")[1].split("\n\n")[0]
-    assert "slow tier" in claim and "CI" in claim
-    assert f"runs {words[len(ci.elts)]} of its {words[len(CASES)]} cases" in " ".join(
-        claim.split())
+    claim = " ".join(DOC.split("test_training_semantics_compile.py")[1].split("\n\n")[0].split())
+    rest = len(CASES) - 1 - len(values["SLOW"])
+    assert (f"CI runs one of its {words[len(CASES)]} cases (the `ci_sample`, "
+            f"{values['SAMPLE'].replace('_', ' ')}), the slow tier (`-m slow`, `make test-all`) "
+            f"{words[len(values['SLOW'])]} more, `-m compile_full` the other {words[rest]}."
+            ) in claim
+
+
+def test_what_ci_runs_is_what_the_doc_says():
+    """The tests/ entry's claim: CI runs all but the opt-in tiers, which it names as
+    tests/conftest.py's OPT_IN does, and a ci_sample of each module with opt-in cases, held
+    by tests/test_ci_tiers.py."""
+    from tests.conftest import OPT_IN
+
+    claim = " ".join(DOC.split("tests/              pytest")[1].split("bench/ ")[0].split())
+    named = re.search(r"OPT_IN: ([\w, ]+)\)", claim).group(1)
+    assert named.split(", ") == list(OPT_IN)
+    assert "`ci_sample`" in claim and "tests/test_ci_tiers.py" in claim
+    tiers = (ROOT / "tests" / "test_ci_tiers.py").read_text(encoding="utf-8")
+    assert "UNSAMPLED" in claim and "UNSAMPLED = {" in tiers
+
+
+def test_the_op_name_count_is_the_ratchets():
+    """The planner/ops/ entry's count of op-name comparisons is the ratchet's limit."""
+    from tests.helpers.op_name_cases import count
+
+    claim = " ".join(DOC.split("planner/ops/        one OpDef per op")[1].split("planner/graph/")[0]
+                     .split())
+    stated = int(re.search(r"only falls, (\d+) now", claim).group(1))
+    ratchet = (ROOT / "tests" / "test_op_name_cases.py").read_text(encoding="utf-8")
+    assert f"LIMIT = {stated}\n" in ratchet
+    assert sum(len(m) for m in count().values()) <= stated
 
 
 def test_the_one_module_that_schedules_outside_the_stages_is_named():

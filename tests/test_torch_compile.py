@@ -216,9 +216,9 @@ def stock_loop(model, train_set, val_set, epochs: int = 2):
     return losses, val_losses
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("make,shape", [(TinyResNet, (3, 8, 8)), (TinyEncoder, (5, 6))],
-                         ids=["resnet", "encoder"])
+@pytest.mark.parametrize("make,shape", [
+    pytest.param(TinyResNet, (3, 8, 8), id="resnet", marks=pytest.mark.slow),
+    pytest.param(TinyEncoder, (5, 6), id="encoder", marks=pytest.mark.ci_sample)])
 def test_stock_loop_equals_eager(make, shape):
     """The acceptance loop with only `model = torch.compile(model, backend="planner")` added:
     ten training samples in batches of 4, 4, 2, six validation samples in 4, 2, two epochs.

@@ -65,11 +65,12 @@ from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
 from planner.graph.step import with_layouts
 from planner.ir.graph import Graph, Node
+from planner.ops import REGISTRY
 from planner.ops.conv import COLUMNS_OPS, IMAGE_COLUMNS_OPS
 from planner.ops.conv_scratch import ROLES
 
-CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                          "ConvTranspose2D"})
+# The convolutions (forward, data and filter gradients, transposed): the op table's.
+CONVOLUTIONS = frozenset(name for name, op in REGISTRY.items() if op.convolution)
 CHANNELS_LAST = "nhwc"
 COLUMNS = "columns"
 IMAGE_COLUMNS = "image_columns"

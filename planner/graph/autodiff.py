@@ -627,9 +627,10 @@ def _running_stat_updates(graph: Graph) -> dict[str, str]:
     written = {t.updates for t in graph.tensors if t.updates is not None}
     marks: dict[str, str] = {}
     for n in graph.nodes:
-        if n.op != "BatchNorm" or not n.attrs.get("training") or len(n.outputs) < 3:
+        pairs = get_op(n.op).running_statistics  # BatchNorm's
+        if not pairs or not n.attrs.get("training") or any(k >= len(n.outputs) for k, _ in pairs):
             continue
-        for out, old in ((n.outputs[1], n.inputs[3]), (n.outputs[2], n.inputs[4])):
+        for out, old in ((n.outputs[k], n.inputs[j]) for k, j in pairs):
             if graph.tensor(old).role == "state" and graph.tensor(out).updates is None \
                     and old not in written:
                 marks[out] = old

@@ -28,6 +28,7 @@ from __future__ import annotations
 from planner.graph.autodiff import node_phase
 from planner.graph.validate import GraphError, check_graph
 from planner.ir.graph import Graph, Node
+from planner.ops import get_op
 
 
 def evaluation_graph(training: Graph) -> Graph:
@@ -46,7 +47,7 @@ def evaluation_graph(training: Graph) -> Graph:
         if node_phase(training, n) != "forward" or any(same.get(i, i) not in have
                                                        for i in n.inputs):
             continue
-        if n.op == "Dropout":
+        if get_op(n.op).evaluation_identity:  # Dropout
             same[n.outputs[0]] = same.get(n.inputs[0], n.inputs[0])
             continue
         node = _inference_mode(n, same)
@@ -54,8 +55,8 @@ def evaluation_graph(training: Graph) -> Graph:
         forward.append(node)
     # The step's outputs evaluation computes (not a BatchNorm's new running statistics, kept
     # with --keep), and the nodes they need.
-    statistics = {o for n in training.nodes if n.op == "BatchNorm"
-                  and n.attrs.get("training", True) for o in n.outputs[1:3]}
+    statistics = {n.outputs[k] for n in training.nodes if n.attrs.get("training", True)
+                  for k, _ in get_op(n.op).running_statistics if k < len(n.outputs)}
     outputs = tuple(dict.fromkeys(same.get(o, o) for o in training.outputs
                                   if o not in statistics and same.get(o, o) in have))
     needed = set(outputs)
@@ -77,11 +78,12 @@ def evaluation_graph(training: Graph) -> Graph:
 
 def _inference_mode(node: Node, same: dict[str, str]) -> Node:
     update: dict = {"inputs": tuple(same.get(i, i) for i in node.inputs)}
-    if node.op == "BatchNorm" and node.attrs.get("training", True):
+    pairs = get_op(node.op).running_statistics  # BatchNorm's
+    if pairs and node.attrs.get("training", True):
         update |= {"attrs": {**node.attrs, "training": False}, "outputs": node.outputs[:1]}
         # A later call of the same BatchNorm, which training chains through this one's new
         # running statistics, reads the running statistics themselves, as in eval().
-        if len(node.outputs) >= 3:
-            same[node.outputs[1]] = same.get(node.inputs[3], node.inputs[3])
-            same[node.outputs[2]] = same.get(node.inputs[4], node.inputs[4])
+        if all(k < len(node.outputs) for k, _ in pairs):
+            same.update({node.outputs[k]: same.get(node.inputs[j], node.inputs[j])
+                         for k, j in pairs})
     return node.model_copy(update=update)

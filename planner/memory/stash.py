@@ -89,7 +89,8 @@ class RecomputeOp:
     segment: int
     instance: int
     # Per node input: the value read (a source tensor, or a member recomputed in this
-    # segment's same instance); BatchNorm reads its saved statistics for inputs 3 and 4.
+    # segment's same instance), or an output kept in its place (OpDef.recompute_reads:
+    # BatchNorm's saved statistics for inputs 3 and 4).
     inputs: tuple[str, ...]
     # Per node output: the member it recomputes, or "" for a scratch output.
     outputs: tuple[str, ...]
@@ -186,14 +187,20 @@ def tensor_uses(steps: ComputeSteps,
 
 def _recomputable(graph: Graph, node: Node, output: str) -> bool:
     # Ops as costly as the pass itself keep their outputs as checkpoints; ops that write
-    # persistent state in place (BatchNorm is the exception below) or fill constants never run
-    # twice (planner.ops: OpDef.recompute).
-    if get_op(node.op).recompute != "cheap":
+    # persistent state in place or fill constants never run twice (planner.ops:
+    # OpDef.recompute), unless their recompute reads kept outputs in place of that state
+    # (OpDef.recompute_reads: a training BatchNorm, whose y alone is recomputed, the running
+    # statistics it writes again going to scratch).
+    op = get_op(node.op)
+    if op.recompute != "cheap":
         return False
-    if node.op == "BatchNorm":
-        return bool(node.attrs.get("training")) and output == node.outputs[0] \
-            and len(node.outputs) == 5
-    return all(graph.tensor(o).updates is None for o in node.outputs)
+    if op.recompute_reads is None:
+        return all(graph.tensor(o).updates is None for o in node.outputs)
+    kept = [k for side, k in op.recompute_reads if side == "out"]
+    if any(k >= len(node.outputs) for k in kept):
+        return False  # a node without those outputs (BatchNorm in inference: y alone)
+    return output not in {node.outputs[k] for k in kept} \
+        and graph.tensor(output).updates is None
 
 
 def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[str, TensorUse],
@@ -215,8 +222,8 @@ def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[st
             role = graph.tensor(i).role
             if i in stashed or role in ("param", "input", "label"):
                 continue
-            if node.op == "BatchNorm" and k in (3, 4):
-                continue  # replaced by the saved statistics
+            if not get_op(node.op).recompute_reads_input(k):
+                continue  # not read again (BatchNorm: its saved statistics instead)
             if role in PERSISTENT_ROLES or not _droppable(i, stack | {t}, steps, uses, stashed,
                                                           resolved):
                 ok = False
@@ -244,7 +251,7 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
         t = frontier.pop()
         node = steps.nodes[uses[t].writer]
         for k, i in enumerate(node.inputs):
-            if node.op == "BatchNorm" and k in (3, 4):
+            if not get_op(node.op).recompute_reads_input(k):
                 continue
             if i not in stashed and i in uses and uses[i].writer >= 0 and i not in members:
                 members.add(i)
@@ -314,10 +321,8 @@ def _segment(sid: int, members: list[str], stashed: frozenset[str],
 
 
 def _inputs(node: Node) -> tuple[str, ...]:
-    """The values a recompute of `node` reads (BatchNorm: saved statistics for 3 and 4)."""
-    if node.op == "BatchNorm":
-        return (*node.inputs[:3], node.outputs[3], node.outputs[4])
-    return tuple(node.inputs)
+    """The values a recompute of `node` reads (OpDef.recompute_reads)."""
+    return get_op(node.op).recompute_operands(node.inputs, node.outputs)
 
 
 def _ancestors(needed: set[str], members: set[str], uses: dict[str, TensorUse],

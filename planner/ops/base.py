@@ -205,6 +205,28 @@ class OpDef:
     # "expensive" (as costly as the pass itself: its outputs are checkpoints) or "never" (it
     # writes persistent state or fills constants: never run twice).
     recompute: str = "cheap"
+    # What a recompute reads, operand by operand, when not its inputs as they are: ("in", k)
+    # input k, ("out", k) output k as the first run wrote it and memory planning kept it
+    # (BatchNorm: its saved statistics in place of the running ones, which that run updated in
+    # place; its in-place outputs then go to scratch). An input it does not name is not read
+    # again; an input past the node's inputs is an optional one it lacks (BatchNorm's folded
+    # residual). planner.memory.stash plans the recompute's reads from it, planner.report
+    # .replay runs them and planner.verify.inserted checks them: `recompute_operands`.
+    recompute_reads: tuple[tuple[str, int], ...] | None = None
+    # (output, input) pairs: in training mode (its `training` attribute) output k is the new
+    # running value of input j (BatchNorm's running mean and variance), an update of persistent
+    # state. An evaluation graph (model.eval()) runs the op with training off, keeps output 0
+    # alone and gives a reader of output k input j; autodiff marks output k as input j's
+    # update; the importers chain a second call's statistics through it.
+    running_statistics: tuple[tuple[int, int], ...] = ()
+    # In an evaluation graph (model.eval()) output 0 is input 0 (Dropout): the op is dropped
+    # and its readers read its input.
+    evaluation_identity: bool = False
+    # A collective's ring traffic (planner.schedule.parallel prices it): the bytes it moves
+    # ("inputs": its gradients; "outputs": the gathered bucket; "param outputs": a sharded
+    # update's parameters; "one float": a flag or sum of squares) and its ring passes (2: an
+    # all-reduce, a reduce-scatter then an all-gather; 1: either half).
+    ring_traffic: tuple[str, int] | None = None
     # Output 0 is input 0's bytes under another shape: memory planning gives it no bytes of its
     # own (an alias), and kernels copy nothing.
     view: bool = False
@@ -245,6 +267,28 @@ class OpDef:
         count = {"in": inputs, "out": outputs}
         return tuple(tuple(slot for slot in slots if slot[1] < count[slot[0]])
                      for slots in self.channel_blocked(attrs))
+
+    def recompute_operands(self, inputs: Sequence[str], outputs: Sequence[str]
+                           ) -> tuple[str, ...]:
+        """The values a recompute of a node of this op with `inputs` and `outputs` reads
+        (recompute_reads); its inputs when that is None or the node lacks an output it names
+        (a BatchNorm in inference mode, which is never recomputed).
+
+        >>> outs = ["y", "rm2", "rv2", "mean", "invstd"]
+        >>> get_op("BatchNorm").recompute_operands(["x", "g", "b", "rm", "rv"], outs)
+        ('x', 'g', 'b', 'mean', 'invstd')
+        >>> get_op("BatchNorm").recompute_operands(["x", "g", "b", "rm", "rv", "skip"], outs)
+        ('x', 'g', 'b', 'mean', 'invstd', 'skip')
+        """
+        reads = self.recompute_reads
+        if reads is None or any(s == "out" and k >= len(outputs) for s, k in reads):
+            return tuple(inputs)
+        side = {"in": inputs, "out": outputs}
+        return tuple(side[s][k] for s, k in reads if k < len(side[s]))
+
+    def recompute_reads_input(self, k: int) -> bool:
+        """Whether a recompute reads input `k` again (recompute_reads)."""
+        return self.recompute_reads is None or ("in", k) in self.recompute_reads
 
     def normalize_attrs(self, attrs: Attrs) -> Attrs:
         """Attrs with defaults filled in and kinds checked; OpError names a bad field."""

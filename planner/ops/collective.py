@@ -197,6 +197,7 @@ def _scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: i
 
 register(OpDef(
     name="AllReduce",
+    ring_traffic=("inputs", 2),
     cost_class="data-movement",
     arity=None,
     # ranks_per_host: of the ranks, how many share one host, each on its own cores
@@ -252,6 +253,7 @@ def _scatter_scratch(outs: list[TensorType], a: Attrs) -> int:
 
 register(OpDef(
     name="ReduceScatter",
+    ring_traffic=("inputs", 1),
     cost_class="data-movement",
     arity=None,
     # alignment: bytes between the bucket's members and shards (DEFAULT_ALIGNMENT)
@@ -353,6 +355,7 @@ def _bytes_sharded(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> i
 
 register(OpDef(
     name="ShardedUpdate",
+    ring_traffic=("param outputs", 1),
     cost_class="data-movement",
     arity=None,
     min_inputs=2,
@@ -423,6 +426,7 @@ def _reference_gather(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 register(OpDef(
     name="AllGather",
+    ring_traffic=("outputs", 1),
     cost_class="data-movement",
     arity=1,
     attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
@@ -467,6 +471,7 @@ _infer_clip, _reference_clip = _over_shards("ShardedClipGradNorm", "ClipGradNorm
 
 register(OpDef(
     name="ShardedClipGradNorm",
+    ring_traffic=("one float", 2),
     cost_class="reduction",
     arity=None,
     attrs={"ranks": Attr("int", required=True), "ranks_per_host": Attr("int", default=1),
@@ -492,6 +497,7 @@ _infer_unscale, _reference_unscale = _over_shards("ShardedUnscaleGrads", "Unscal
 
 register(OpDef(
     name="ShardedUnscaleGrads",
+    ring_traffic=("one float", 2),
     cost_class="reduction",
     arity=None,
     min_inputs=2,

@@ -194,6 +194,7 @@ register(OpDef(
     gradient=_dropout_gradient,
     pointwise=_POINTWISE,
     nondiff_inputs=(1,),
+    evaluation_identity=True,
     doc="[x] or [x, step] -> x * mask / (1 - rate), the counter-based mask of (seed at step, "
         "flat index).",
 ))

@@ -204,6 +204,12 @@ register(OpDef(
     reference=batchnorm_reference,
     gradient=batchnorm_gradient,
     nondiff_inputs=(3, 4),
+    running_statistics=((1, 3), (2, 4)),
+    # A training BatchNorm's recompute normalises with the saved batch statistics (outputs 3
+    # and 4), not the running ones (inputs 3 and 4) its first run updated in place, and adds
+    # its folded residual (input 5) if it has one; the statistics it writes go to scratch
+    # (planner/memory/stash.py).
+    recompute_reads=(("in", 0), ("in", 1), ("in", 2), ("out", 3), ("out", 4), ("in", 5)),
     # Training's float32 loops also run on a blocked x, y and residual, held alike
     # (kernels/batch_norm.cpp; a BatchNorm without the residual has no input 5).
     channel_blocked=lambda a: ((("in", 0), ("in", 5), ("out", 0)),) if a["training"] else (),

@@ -115,11 +115,10 @@ def _run_memory_op(pools, buffers: dict[str, TensorPlan], m, graph: Graph) -> No
         _store(pools, buffers[b], graph, name, np.asarray(value))
 
 
-def _inputs(node) -> list[str]:
-    # A BatchNorm recompute reads its saved statistics in place of the running ones.
-    if node.op == "BatchNorm":
-        return [*node.inputs[:3], node.outputs[3], node.outputs[4]]
-    return list(node.inputs)
+def _inputs(node) -> tuple[str, ...]:
+    # What the recompute reads (OpDef.recompute_reads: BatchNorm's saved statistics in place
+    # of the running ones), as memory planning planned its reads.
+    return get_op(node.op).recompute_operands(node.inputs, node.outputs)
 
 
 def _view(pools, t: TensorPlan) -> np.ndarray:

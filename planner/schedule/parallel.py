@@ -58,6 +58,7 @@ from planner.graph.deps import predecessors
 from planner.graph.step import Collectives, collectives
 from planner.ir.graph import Graph, Node
 from planner.ir.record import Record
+from planner.ops import get_op
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.schedule.record import Edge, Schedule, ScheduledOp
 from planner.target.backends import traits
@@ -66,7 +67,6 @@ from planner.target.records import Target
 
 COMM_LANE = "comm"
 # The collectives that all-reduce one float of their own (the rest is each rank's shards).
-_ONE_FLOAT = ("ShardedClipGradNorm", "ShardedUnscaleGrads")
 Op = TypeVar("Op", bound=ScheduledOp)
 
 
@@ -141,7 +141,7 @@ def collective_seconds(op: str, nbytes: int, ranks: int, link: Interconnect) -> 
     sharded clip's sum of squares, the sharded unscale's overflow flag), or half of one (a
     reduce-scatter, or the all-gather of a ShardedUpdate)."""
     whole = all_reduce_seconds(nbytes, ranks, link)
-    return whole if op in ("AllReduce", *_ONE_FLOAT) else whole / 2
+    return whole * get_op(op).ring_traffic[1] / 2  # OpDef.ring_traffic: its ring passes
 
 
 def issue_point(seconds: float, start: float, ends: Sequence[float]) -> int:
@@ -378,16 +378,13 @@ def planned_prefetch(graph: Graph, ops: Sequence[Op], edges: Sequence[Edge]) -> 
 
 
 def _bucket_bytes(graph: Graph, n: Node) -> int:
-    # The bytes a collective moves: its gradients (a sharded update: its parameters; an
-    # all-gather: the gathered bucket).
-    if n.op == "AllGather":
-        return sum(graph.tensor_map[t].nbytes for t in n.outputs)
-    if n.op in _ONE_FLOAT:
+    # The bytes a collective moves (OpDef.ring_traffic): its gradients (a sharded update: its
+    # parameters; an all-gather: the gathered bucket; a flag or a sum of squares: one float).
+    moves = get_op(n.op).ring_traffic[0]
+    if moves == "one float":
         return 4
-    if n.op == "ShardedUpdate":
-        return sum(graph.tensor_map[t].nbytes for t in n.outputs
-                   if graph.tensor_map[t].role == "param")
-    return sum(graph.tensor_map[g].nbytes for g in n.inputs)
+    tensors = [graph.tensor_map[t] for t in (n.inputs if moves == "inputs" else n.outputs)]
+    return sum(t.nbytes for t in tensors if moves != "param outputs" or t.role == "param")
 
 
 def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptions) -> Graph:

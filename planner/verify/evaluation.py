@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.ir.graph import Graph, Node
+from planner.ops import get_op
 
 Verify = Callable[..., list[str]]
 
@@ -97,20 +98,22 @@ def _forward_in_inference_mode(training: Graph) -> Graph:
             continue  # backward, or an update
         if not all(at(i) in known or at(i) in made for i in n.inputs):
             continue  # reads what only training computes
-        if n.op == "Dropout":
+        op = get_op(n.op)
+        if op.evaluation_identity:  # Dropout
             passed[n.outputs[0]] = at(n.inputs[0])
             continue
         inputs = tuple(at(i) for i in n.inputs)
         # Nodes are immutable: one whose inputs pass through no Dropout is kept as it is
         # (a copy of each was a fifth of this rule).
         infer = n if inputs == n.inputs else n.model_copy(update={"inputs": inputs})
-        if n.op == "BatchNorm" and n.attrs.get("training", True):
+        if op.running_statistics and n.attrs.get("training", True):  # BatchNorm
             infer = infer.model_copy(update={"attrs": {**n.attrs, "training": False},
                                              "outputs": n.outputs[:1]})
             # A later call of the same BatchNorm reads the running statistics themselves.
-            if len(n.outputs) >= 3:
-                statistics.update({n.outputs[1]: inputs[3], n.outputs[2]: inputs[4]})
-                passed.update({n.outputs[1]: inputs[3], n.outputs[2]: inputs[4]})
+            if all(k < len(n.outputs) for k, _ in op.running_statistics):
+                pairs = {n.outputs[k]: inputs[j] for k, j in op.running_statistics}
+                statistics.update(pairs)
+                passed.update(pairs)
         made.update({o: infer for o in infer.outputs})
     outputs = tuple(dict.fromkeys(at(o) for o in training.outputs if o not in statistics
                                   and (at(o) in made or at(o) in known)))

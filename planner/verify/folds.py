@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from planner.ir.graph import Graph, Node
+from planner.ops import REGISTRY
 
 _TINY = float(np.finfo(np.float32).tiny)
 _MAX = float(np.finfo(np.float32).max)
@@ -51,8 +52,10 @@ def _act(node: Node) -> str:
 
 
 def _alpha(node: Node) -> Any:
-    """The node's slope as given (LeakyRelu's and LeakyReluGrad's default where absent)."""
-    return node.attrs.get("alpha", 0.01 if node.op in ("LeakyRelu", "LeakyReluGrad") else None)
+    """The node's slope as given, else its op's default (LeakyRelu's and LeakyReluGrad's;
+    None for an optional one, a fold's)."""
+    spec = getattr(REGISTRY.get(node.op), "attrs", {}).get("alpha")
+    return node.attrs.get("alpha", None if spec is None else spec.default)
 
 
 def _positive_normal_f32(alpha: Any) -> bool:

@@ -4,8 +4,9 @@ imported: the rules are re-derived from the plan's data):
 
     buffers     every buffer it reads or writes is one of the plan's (plan.tensors)
     recompute   its node exists, and it reads one buffer per input of the node, each holding
-                that input's tensor (a BatchNorm's running statistics excepted: it reads the
-                batch statistics its node saved, recompute_reads) with the tensor's bytes, and
+                that input's tensor (but what its op's recompute_reads names in their place,
+                planner/ops: a BatchNorm reads the batch statistics its node saved in place of
+                its running statistics) with the tensor's bytes, and
                 writes one per output, each holding that output's value
     transfer    one buffer in, one out, holding the same tensor, the source on the side and the
                 slot on the other that TRANSFER_PLACEMENTS names; both hold the tensor's
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.dtypes import DTYPE_BYTES
+from planner.ops import REGISTRY
 
 # The plan format's copies between the device arena and the host store (docs/plans.md): the
 # kind of an added op -> (its op type, the side it reads, the side it writes). Spelled here,
@@ -117,18 +119,18 @@ def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int]
 
 def recompute_reads(node: dict[str, Any]) -> list[str]:
     """The tensors a recompute of `node` (graph JSON) reads, in its input order: the node's
-    inputs, but a BatchNorm's running mean and variance (inputs 3 and 4), which its training
-    run has overwritten by then: it reads the batch statistics the node saved (outputs 3 and
-    4) instead, on which its normalised output depends alone.
+    inputs, or what its op's recompute_reads names (planner/ops: a BatchNorm's running mean and
+    variance, inputs 3 and 4, which its training run has overwritten by then, give way to the
+    batch statistics the node saved, outputs 3 and 4, on which its normalised output depends
+    alone). An op the table lacks: its inputs (the graph's own check names it).
 
     >>> recompute_reads({"op": "BatchNorm", "inputs": ["x", "g", "b", "rm", "rv"],
     ...                  "outputs": ["y", "rm'", "rv'", "mean", "istd"]})
     ['x', 'g', 'b', 'mean', 'istd']
     """
     ins, outs = list(node.get("inputs", [])), list(node.get("outputs", []))
-    if node.get("op") == "BatchNorm" and len(ins) == 5 and len(outs) == 5:
-        return [*ins[:3], outs[3], outs[4]]
-    return ins
+    op = REGISTRY.get(node.get("op")) if isinstance(node.get("op"), str) else None
+    return ins if op is None else list(op.recompute_operands(ins, outs))
 
 
 def _nbytes(t: dict[str, Any]) -> int:

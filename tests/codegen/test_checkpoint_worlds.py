@@ -117,6 +117,7 @@ def _matrix(tmp_path: Path, pairs: list[tuple[str, str]]) -> None:
         _check_pair(tmp_path, source, target, packages, data, start, x, labels, want, tol)
 
 
+@pytest.mark.ci_sample
 def test_a_zero3_checkpoint_of_2_ranks_loads_into_one_process_and_back(tmp_path):
     _matrix(tmp_path, [("zero3_2", "one"), ("one", "zero3_2")])
 

@@ -161,7 +161,7 @@ def test_a_group_of_the_wrong_size_is_refused(packages, tmp_path):
             "the process group has 1") in r.stdout
 
 
-@pytest.mark.slow  # CI's 20 minutes: make test-all runs it
+@pytest.mark.ci_sample  # the slow tier's robustness cases: this one runs in CI
 def test_a_killed_rank_fails_the_others_within_the_timeout(packages, tmp_path):
     data = write_data(tmp_path)[0]
     runs = launch_ranks([packages["sgd"]] * RANKS, data, [tmp_path / "a.npz", tmp_path / "b.npz"],

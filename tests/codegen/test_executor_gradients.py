@@ -25,7 +25,8 @@ from tests.codegen.zoo_cases import MODELS, SLOW
 SIZES = {**MODELS, "densenet": {**MODELS["densenet"], "batch": 4}}
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW
+                                   else pytest.param(m, marks=pytest.mark.ci_sample)
                                    for m in SIZES])
 def test_zoo_model_gradients_match_reference(model, tmp_path_factory):
     graph = make_training_graph(build(model, **SIZES[model]), Optimizer(kind="sgd", lr=0.1))

@@ -54,7 +54,8 @@ def smallest_feasible(graph) -> int:
 
 
 # Every zoo model at the zoo test's small size; the larger ones `slow` (2-core CI).
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW
+                                   else pytest.param(m, marks=pytest.mark.ci_sample)
                                    for m in MODELS])
 def test_budget_plans_match_unconstrained_bit_for_bit_and_reference(model, tmp_path):
     """At the budget halfway between the per-op bound and the unconstrained arena, and at the

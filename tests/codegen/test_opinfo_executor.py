@@ -23,6 +23,17 @@ from tests.importers.opinfo_cases import (  # noqa: E402
 MIN_RUNS = 40  # the fast subset's passing samples the CPU runtime has ops for, at least
 
 
+# The tier's sample in CI: an OpInfo of each of the three modules' lists (the fast subset's
+# hypot, issue 86's argmax, the pools' avg_pool2d), their samples in one small merged build.
+SAMPLE = ("hypot", "argmax", "nn.functional.avg_pool2d")
+
+
+@pytest.mark.ci_sample("tests/codegen/test_opinfo_executor_issue86.py",
+                       "tests/codegen/test_opinfo_executor_sortpool.py")
+def test_a_sample_of_opinfos_on_the_cpu_executor(tmp_path):
+    check_on_cpu(SAMPLE, tmp_path, 8)
+
+
 @pytest.mark.slow  # three minutes of compiling one merged graph
 def test_fast_subset_passing_samples_on_the_cpu_executor(tmp_path):
     expected = load_expectations()

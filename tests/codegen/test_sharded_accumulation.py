@@ -25,7 +25,8 @@ K = 2
 RUNS = (("sgd", 3, None), ("adam", 1, None), ("adamw", 3, 0.5))
 
 
-@pytest.mark.parametrize("ranks", [RANKS, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("ranks", [pytest.param(RANKS, marks=pytest.mark.ci_sample),
+                                   pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_ranks_accumulating_match_one_process_on_the_global_batch(tmp_path, ranks):
     pkgs = [build_package(kind, tmp_path, ranks, shard=zero == 1, shard_parameters=zero == 3,
                           clip=clip, accumulate=K) for kind, zero, clip in RUNS]

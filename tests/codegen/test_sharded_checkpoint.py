@@ -44,7 +44,8 @@ def _same(a, b, where: str = "") -> None:
         assert x.dtype == y.dtype and np.array_equal(x, y), where
 
 
-@pytest.mark.parametrize("ranks", [RANKS, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("ranks", [pytest.param(RANKS, marks=pytest.mark.ci_sample),
+                                   pytest.param(4, marks=pytest.mark.slow)])
 def test_a_sharded_run_resumes_bit_for_bit_and_its_state_is_pytorchs(tmp_path, ranks):
     pkgs = [build_package(kind, tmp_path, ranks, shard=zero == 1, shard_parameters=zero == 3)
             for kind, zero in RUNS]

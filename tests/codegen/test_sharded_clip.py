@@ -27,7 +27,8 @@ MAX_NORM = 0.5
 RUNS = (("sgd", 3), ("adamw", 3), ("adamw", 1))
 
 
-@pytest.mark.parametrize("ranks", [RANKS, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("ranks", [pytest.param(RANKS, marks=pytest.mark.ci_sample),
+                                   pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_clipping_takes_the_global_norm_of_the_averaged_gradients(tmp_path, ranks):
     pkgs = [build_package(kind, tmp_path, ranks, shard=zero == 1, shard_parameters=zero == 3,
                           clip=MAX_NORM) for kind, zero in RUNS]

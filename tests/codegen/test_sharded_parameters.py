@@ -38,7 +38,8 @@ def _held(outs) -> list[int]:
     return [int(json.loads(open(f"{o}.json").read())["stats"]["held_bytes"]) for o in outs]
 
 
-@pytest.mark.parametrize("ranks", [RANKS, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("ranks", [pytest.param(RANKS, marks=pytest.mark.ci_sample),
+                                   pytest.param(4, marks=pytest.mark.slow)])
 def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path, ranks):
     """20 SGD then 20 Adam steps of --shard-parameters plans, and the unsharded plans, on 2
     and 4 ranks in one process group: the gathered shards equal PyTorch on the global batch

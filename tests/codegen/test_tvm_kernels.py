@@ -240,6 +240,37 @@ def test_formula_matches_reference(spec: tk.Spec):
         _check(op, got, ref_xs, attrs, sum_mag if op == "PReluGrad" else None)
 
 
+def _sample(all_specs: list[tk.Spec]) -> list[tk.Spec]:
+    """A spec of each kind the generator writes: the first flat float32 one, a broadcasting
+    one, a multi-output one and a low-type (paired) one."""
+    kinds = (lambda s: s.rank == 0 and not s.low and len(s.outs) == 1,
+             lambda s: s.rank > 0 and not s.low, lambda s: len(s.outs) > 1, lambda s: s.low)
+    return [next(s for s in all_specs if kind(s)) for kind in kinds]
+
+
+@pytest.mark.ci_sample  # the freshness check's share in CI: seconds of TVM, no GPU, no nvcc
+def test_a_sample_of_the_generated_kernels_is_up_to_date():
+    """Every spec's kernel-table rows are in the checked-in files (no spec missing, no row
+    left over), and a spec of each kind lowered again gives its checked-in kernels and rows
+    byte for byte (the whole files: the slow test below)."""
+    texts = {path: path.read_text(encoding="utf-8") for path in (tk.OUT, tk.OUT_LOW)}
+    all_specs = tk.specs()
+    for low, path in ((False, tk.OUT), (True, tk.OUT_LOW)):
+        want = [r for s in all_specs if s.low == low for r in tk.table_rows(s, None)]
+        have = [line for line in texts[path].splitlines() if "(const void*)" in line]
+        stale = f"{path.name} stale: run python -m codegen.tvm_kernels --write"
+        assert len(have) == len(want), stale
+        assert [line[:len(w)] for line, w in zip(have, want, strict=True)] == want, stale
+    sample = _sample(all_specs)
+    chunks, signatures = tk.lower(sample)
+    for spec in sample:
+        text = texts[tk.OUT_LOW if spec.low else tk.OUT]
+        for block in spec.blocks:
+            assert "\n".join(chunks[spec.symbol(block)]).strip() in text, spec.symbol(block)
+        for row in tk.table_rows(spec, signatures):
+            assert row in text.splitlines(), row
+
+
 @pytest.mark.slow  # two minutes of TVM lowering; make test-all
 def test_generated_files_are_up_to_date():
     for path, text in tk.generate_files().items():

@@ -30,7 +30,8 @@ from tests.codegen.helpers import (
 from tests.codegen.zoo_cases import MODELS, SLOW, TOL, check_training_step
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW
+                                   else pytest.param(m, marks=pytest.mark.ci_sample)
                                    for m in MODELS])
 def test_training_step_matches_reference(model, tmp_path_factory):
     check_training_step(model, tmp_path_factory.mktemp("zoo") / model, "cpu", TOL)

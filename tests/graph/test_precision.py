@@ -150,7 +150,8 @@ ZOO_CURVES = {
 
 
 # VGG's curve is the slowest (10 s): in the slow tier for CI's 20 minutes.
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m == "vgg16" else m
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m == "vgg16"
+                                   else pytest.param(m, marks=pytest.mark.ci_sample)
                                    for m in sorted(ZOO_CURVES)])
 def test_zoo_models_track_the_float32_loss_curve_in_bf16_mixed(model):
     """As test_bf16_mixed_tracks_the_float32_loss_curve, on the zoo's transformer, wide & deep

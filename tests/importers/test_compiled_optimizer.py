@@ -100,6 +100,7 @@ def assert_planned_as_eager(make_opt, **kw) -> None:
     assert len(arenas) == 1 and len(arenas[0].tensors) == len(tensors_of(opt))
 
 
+@pytest.mark.ci_sample
 def test_adamw_with_a_compiled_model_and_a_scheduler_equals_eager():
     assert_planned_as_eager(lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1),
                             compiled_model=True)

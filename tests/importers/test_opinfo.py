@@ -52,6 +52,7 @@ def _check(name: str, inputs: str = "sample") -> None:
         f"bench/opinfo_sweep.py --inputs {inputs} --write {name})")
 
 
+@pytest.mark.ci_sample
 @pytest.mark.parametrize("name", FAST)
 def test_opinfo_fast_subset(name):
     _check(name)

@@ -69,6 +69,7 @@ def _check(name: str) -> None:
             f"{name}, empty sample {k}: {status}: {detail}")
 
 
+@pytest.mark.ci_sample
 @pytest.mark.parametrize("name", FAST)
 def test_empty_samples_match_torch_or_are_refused(name):
     _check(name)

@@ -119,8 +119,13 @@ def ours(model, optimizer, schedule, batches, tmp_path, **settings) -> Step:
     return Step(value, t.params())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+# The trainer's matrix of torch.optim configurations: SAMPLE in CI, the rest with -m slow.
+SAMPLE = "adam-steplr"
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.ci_sample) if n == SAMPLE else
+    pytest.param(n, marks=pytest.mark.slow) for n in sorted(CONFIGS)])
 def test_trains_as_torch_optim(name, tmp_path):
     make, schedule, string_form = CONFIGS[name]
     model, batches = _model(), _batches()

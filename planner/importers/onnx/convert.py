@@ -48,6 +48,7 @@ from planner.importers.onnx.read import (
 )
 from planner.importers.onnx.values import const_from_proto
 from planner.ir.graph import Graph
+from planner.ops import get_op
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ def convert(source: Source, name: str | None = None,
     # GraphBuilder applied every op's rules; the order is topological by construction, so
     # check_graph (which callers run, e.g. planner.frontend.load) would find nothing new here.
     graph = imp.builder.build(outputs=outputs)
-    training = imp.dropouts > 0 or any(n.op == "BatchNorm" and n.attrs.get("training")
-                                       for n in graph.nodes)
+    training = imp.dropouts > 0 or any(  # a BatchNorm in training mode
+        get_op(n.op).running_statistics and n.attrs.get("training") for n in graph.nodes)
     if imp.inference_dropouts and training and not train_dropout:
         names = imp.inference_dropouts
         warnings.warn(f"{label}: Dropout node(s) {names[:5]}{' and more' if len(names) > 5 else ''}"

@@ -108,6 +108,7 @@ from planner.importers.torch.rules_random import RANDOM_PRESERVED, fresh_draw
 from planner.importers.torch.rules_views import UNINITIALIZED
 from planner.importers.torch.targets import resolve
 from planner.ir.graph import Graph
+from planner.ops import get_op
 
 PRESERVED = ("linear.default", *LOSS_PRESERVED, *MARGIN_PRESERVED, *INDEX_PRESERVED,
              *RANDOM_PRESERVED,
@@ -515,13 +516,14 @@ def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
 
 def _planner_updates(imp: Importer, new: Any, old: Any) -> bool:
     """Is `new` the planner's own next value of buffer `old` (a training BatchNorm's running
-    statistic output 1 or 2 reading it as input 3 or 4), or `old` itself (no change)?"""
+    statistic output 1 or 2 reading it as input 3 or 4: OpDef.running_statistics), or `old`
+    itself (no change)?"""
     if new is old and new is not None and not isinstance(new, _Unavailable):
         return True
     if not isinstance(new, str) or not isinstance(old, Const):
         return False
     node = imp.builder.producer(new)
-    if node is None or node.op != "BatchNorm" or not node.attrs.get("training"):
+    if node is None or not node.attrs.get("training"):
         return False
-    k = node.outputs.index(new)
-    return k in (1, 2) and node.inputs[k + 2] == old.name
+    read = dict(get_op(node.op).running_statistics).get(node.outputs.index(new))  # BatchNorm's
+    return read is not None and node.inputs[read] == old.name
