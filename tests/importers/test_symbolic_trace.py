@@ -140,3 +140,39 @@ def test_a_trainer_of_changing_lengths_traces_a_few_times_and_matches_pytorch(mo
     for name, value in reference.state_dict().items():
         if value.dtype == torch.float32:
             np.testing.assert_allclose(params[name], value.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_the_backend_traces_dynamos_symbolic_graph_once_and_matches_pytorch(monkeypatch):
+    import planner.torch.dynamo_import as dynamo_import
+
+    traces: list[bool] = []
+    real = dynamo_import._exported
+
+    def counted(gm, args, tensor_at, sizes=None):
+        traces.append(bool(sizes))
+        return real(gm, args, tensor_at, sizes)
+
+    monkeypatch.setattr(dynamo_import, "_exported", counted)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Encoder()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="planner", options={"costs": "analytical"})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    for length in [12, 16, 5, 9, 3, 7, 11, 4]:
+        tokens, keep, y = batch(length)
+        for m, o in ((compiled, opt), (reference, ref_opt)):
+            o.zero_grad()
+            loss = F.cross_entropy(m(tokens, keep), y)
+            loss.backward()
+            o.step()
+            if m is compiled:
+                ours = loss.item()
+        assert abs(ours - loss.item()) <= 2e-5 * max(1.0, abs(loss.item())), length
+    # Dynamo's first graph (static sizes) traced at its size; its second, of a symbolic
+    # length, traced once for all the others.
+    assert traces.count(True) == 1 and traces.count(False) <= 2
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
