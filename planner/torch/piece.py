@@ -232,7 +232,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         return held_run(gm, args, name, options)
     if needs is not None:
         check_custom_backwards(gm)
-    piece = import_piece(gm, args, name)
+    piece = _named_as_before(import_piece(gm, args, name))
     grown = _grown_args(piece, args)
     if grown is not None:  # shapes vary past those planned: the next range, planned once
         import sys
@@ -241,12 +241,45 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         print(f"planner: graph {name} is called with shapes past those planned: planning its "
               f"range up to {shapes} once", file=sys.stderr, flush=True)
         try:  # kept as the range's plans and builds; its executors are let go
-            ranged = _planned_calls(import_piece(gm, grown, name), grown, needs, name,
-                                    options)
+            ranged = _planned_calls(_named_as_before(import_piece(gm, grown, name)), grown,
+                                    needs, name, options)
             forget(*_executors_of(ranged))
         except Exception:  # noqa: BLE001 - a graph specialised to its shapes: planned as it is
             pass
     return _planned_calls(piece, args, needs, name, options)
+
+
+# The first import of each computation (its ops and edges, without names or sizes): a later
+# graph of the same computation (Dynamo's recompile of a piece with symbolic sizes, traced
+# once for every size, whose calls torch numbers otherwise) takes its names, so that it finds
+# the plans and ranges made for it (planner.torch.executors._structure keys them by name).
+_FIRST: dict[str, Any] = {}
+
+
+def _named_as_before(piece: Any) -> Any:
+    """`piece` under the names of the first import of its computation (_FIRST)."""
+    import hashlib
+    from dataclasses import replace
+
+    from planner.importers.torch.specialize import names_like, renamed
+
+    index = {t.name: k for k, t in enumerate(piece.graph.tensors)}
+    key = hashlib.sha256(repr((
+        [(t.role, t.dtype, len(t.shape)) for t in piece.graph.tensors],
+        [(n.op, [index[i] for i in n.inputs], [index[o] for o in n.outputs])
+         for n in piece.graph.nodes], [index[o] for o in piece.graph.outputs],
+        [index[i] for i in piece.inputs if i])).encode()).hexdigest()
+    first = _FIRST.setdefault(key, piece)
+    names = None if first is piece else names_like(piece.graph, first.graph)
+    if names is None or all(k == v for k, v in names.items()):
+        return piece
+    graph = renamed(piece.graph, names, first.graph).model_copy(update={"name":
+                                                                       piece.graph.name})
+    return replace(piece, graph=graph,
+                   consts={names.get(k, k): v for k, v in piece.consts.items()},
+                   inputs=tuple(names.get(i, i) if i else i for i in piece.inputs),
+                   outputs=tuple(names[o] for o in piece.outputs),
+                   mutations=tuple((k, names[t]) for k, t in piece.mutations))
 
 
 # The largest shapes each piece graph (by structure: planner.torch.executors._structure) was

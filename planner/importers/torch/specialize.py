@@ -70,44 +70,57 @@ class SymbolicTrace:
         return from_exported(self.program, self.root, self.binding(args))
 
 
-def named_like(imported: TorchImport, like: TorchImport) -> TorchImport | None:
-    """`imported` under the names of `like` (an import of the same module at other sizes, from
-    another trace), tensor for tensor and node for node in their order; None where the two
-    are not the same computation op for op (then the caller traces the sizes as they are). A
-    symbolic trace numbers its calls past its size calls (`add_7` for a concrete trace's
-    `add_5`); what else the graphs hold is checked again by who runs one on the other's plan
-    (planner/pipeline/ranges.py)."""
-    from dataclasses import replace
-
-    from planner.graph.validate import check_graph
-
-    mine, theirs = imported.graph, like.graph
-    if (len(mine.nodes) != len(theirs.nodes) or len(mine.tensors) != len(theirs.tensors)
-            or any((a.op, len(a.inputs), len(a.outputs)) != (b.op, len(b.inputs),
-                                                               len(b.outputs))
-                   for a, b in zip(mine.nodes, theirs.nodes, strict=True))
+def names_like(graph: Any, like: Any) -> dict[str, str] | None:
+    """Each tensor name of `graph` -> the name of its counterpart in `like` (a graph of the
+    same module at other sizes, from another trace), tensor for tensor in their order; None
+    where the two are not the same computation op for op (same ops, arities and edges; same
+    roles, dtypes and ranks). A symbolic trace numbers its calls past its size calls (`add_7`
+    for a concrete trace's `add_5`); what else the graphs hold is checked again by who runs
+    one on the other's plan (planner/pipeline/ranges.py)."""
+    if (len(graph.nodes) != len(like.nodes) or len(graph.tensors) != len(like.tensors)
             or any((a.role, a.dtype, len(a.shape)) != (b.role, b.dtype, len(b.shape))
-                   for a, b in zip(mine.tensors, theirs.tensors, strict=True))):
+                   for a, b in zip(graph.tensors, like.tensors, strict=True))):
         return None
-    names = {a.name: b.name for a, b in zip(mine.tensors, theirs.tensors, strict=True)}
+    names = {a.name: b.name for a, b in zip(graph.tensors, like.tensors, strict=True)}
+    for a, b in zip(graph.nodes, like.nodes, strict=True):
+        if (a.op != b.op or [names[i] for i in a.inputs] != list(b.inputs)
+                or [names[o] for o in a.outputs] != list(b.outputs)):
+            return None
+    if [names[o] for o in graph.outputs] != list(like.outputs):
+        return None
+    return names
+
+
+def renamed(graph: Any, names: dict[str, str], like: Any) -> Any:
+    """`graph` with its tensors named by `names` and its nodes by `like`'s (names_like)."""
+    from planner.graph.validate import check_graph
 
     def tensor(name: str | None) -> str | None:
         return None if name is None else names[name]
 
-    fields = {f: getattr(mine, f) for f in type(mine).model_fields}
-    graph = check_graph(type(mine)(**{
+    fields = {f: getattr(graph, f) for f in type(graph).model_fields}
+    return check_graph(type(graph)(**{
         **fields,
-        "name": theirs.name,
+        "name": like.name,
         "tensors": tuple(t.model_copy(update={"name": names[t.name],
                                               "updates": tensor(t.updates)})
-                         for t in mine.tensors),
+                         for t in graph.tensors),
         "nodes": tuple(n.model_copy(update={"name": b.name,
                                             "inputs": tuple(names[i] for i in n.inputs),
                                             "outputs": tuple(names[o] for o in n.outputs)})
-                       for n, b in zip(mine.nodes, theirs.nodes, strict=True)),
-        "outputs": tuple(names[o] for o in mine.outputs),
-        "loss": tensor(mine.loss)}))
-    return replace(imported, graph=graph,
+                       for n, b in zip(graph.nodes, like.nodes, strict=True)),
+        "outputs": tuple(names[o] for o in graph.outputs),
+        "loss": tensor(graph.loss)}))
+
+
+def named_like(imported: TorchImport, like: TorchImport) -> TorchImport | None:
+    """`imported` under the names of `like` (names_like), or None."""
+    from dataclasses import replace
+
+    names = names_like(imported.graph, like.graph)
+    if names is None:
+        return None
+    return replace(imported, graph=renamed(imported.graph, names, like.graph),
                    consts={names.get(k, k): v for k, v in imported.consts.items()},
                    inputs=tuple(names.get(i, i) for i in imported.inputs),
                    outputs=tuple(names.get(o, o) for o in imported.outputs))
