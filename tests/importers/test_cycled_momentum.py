@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -137,3 +138,60 @@ def test_sharding_a_cycled_momentum_is_refused():
     with pytest.raises(UserError, match="a momentum read each step") as e:
         with_sharded_updates(graph, buckets(graph, 64), ranks=2)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("settings", [dict(kind="momentum", nesterov=True),
+                                      dict(kind="momentum", dampening=0.25),
+                                      dict(kind="adamw", amsgrad=True)])
+def test_a_momentum_read_each_step_is_the_compiled_one_when_it_holds_still(settings):
+    # The reference interpreter: a graph reading momentum (or beta1) each step, left at its
+    # first value, computes the compiled graph's bits (with a recorded lr schedule, whose
+    # ScheduledLR finds lr after the momentum input); a value written between steps is read:
+    # the next step equals a graph compiled with that value, not the first one's.
+    from planner.graph import Optimizer, make_training_graph
+    from planner.graph.interpret import init_params, random_feeds, train_step
+    from planner.ops.lr_schedule import LRSchedule
+    from planner.zoo import build
+
+    forward = build("mlp", batch=4, hidden=[8], in_features=5, classes=3)
+    schedule = LRSchedule(kind="step", step_size=1, gamma=0.5)
+    key = "beta1" if settings["kind"] == "adamw" else "momentum"
+
+    def graph(**more):
+        return make_training_graph(forward, Optimizer(**settings, **more, schedule=schedule))
+
+    read, fixed, other = graph(cycle_momentum=True), graph(), graph(**{key: 0.5})
+    feeds = random_feeds(read)
+    states = {name: init_params(g, seed=1) for name, g in (("read", read), ("fixed", fixed))}
+    for _ in range(2):
+        for name, g in (("read", read), ("fixed", fixed)):
+            states[name] = train_step(g, feeds, states[name])[1]
+    params = [t.name for t in fixed.by_role("param") if not t.updates]
+    for p in params:
+        np.testing.assert_array_equal(states["read"][p], states["fixed"][p], err_msg=p)
+    # the next step from the same state with 0.5 written: the compiled-0.5 graph's bits,
+    # not the compiled first value's
+    written = {**states["read"], f"optim/group/0/{key}": np.float32(0.5)}
+    stepped = train_step(read, feeds, written)[1]
+    want = train_step(other, feeds, states["fixed"])[1]
+    moved = train_step(fixed, feeds, states["fixed"])[1]
+    for p in params:
+        np.testing.assert_array_equal(stepped[p], want[p], err_msg=p)
+    assert any(not np.array_equal(stepped[p], moved[p]) for p in params)
+
+
+def test_a_checkpoint_carries_the_cycled_momentum(tmp_path):
+    torch.manual_seed(0)
+    model, batches = MLP(), _batches()[:2]
+    opt = CASES["sgd-nesterov"](model.parameters())
+    _one_cycle(opt)
+    x0, y0 = batches[0]
+    t = trainer(model, (x0,), loss=F.mse_loss, labels=y0, optimizer=opt, costs="analytical",
+                out_dir=tmp_path)
+    t.step(x0, y0)
+    saved = t.executor.state_dict()
+    assert saved["optimizer"]["param_groups"][0]["momentum"] == np.float32(
+        opt.param_groups[0]["momentum"])
+    saved["optimizer"]["param_groups"][0]["momentum"] = 0.5
+    t.executor.load_state_dict(saved)
+    assert t.executor.hyperparameters()[0]["momentum"] == 0.5
