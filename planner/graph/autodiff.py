@@ -612,9 +612,10 @@ def _hyperparameters(b: GraphBuilder, optimizer: Optimizer) -> list[list[str]]:
         return groups
     b.add_tensor(Tensor(name=SCHEDULE_STEP, shape=(), dtype="int64", role="optimizer-state",
                         init="zeros"))
+    at = list(optimizer.hyperparameters(0)).index("lr")
     for hyper in groups:
-        lr = hyper[0]
-        hyper[0], = b.op_n("ScheduledLR", [lr, SCHEDULE_STEP], optimizer.schedule.attrs(),
+        lr = hyper[at]
+        hyper[at], = b.op_n("ScheduledLR", [lr, SCHEDULE_STEP], optimizer.schedule.attrs(),
                            name=f"{lr}/schedule", outputs=[f"{lr}/scheduled"])
     return groups
 

@@ -188,8 +188,9 @@ def sharded_gradients(graph: Graph, bucket_list: list[list[str]], flag: str) -> 
             raise UserError(f"graph {graph.name!r}: {flag} needs the optimizer "
                             f"update to be gradient {g!r}'s only reader")
     for u in update_of.values():
-        if u.attrs.get("dampening") or u.attrs.get("amsgrad"):
-            what = "SGD's dampening" if u.attrs.get("dampening") else "Adam's amsgrad"
+        if u.attrs.get("dampening") or u.attrs.get("amsgrad") or u.attrs.get("momentum_input"):
+            what = ("SGD's dampening" if u.attrs.get("dampening") else "Adam's amsgrad"
+                    if u.attrs.get("amsgrad") else "a momentum read each step (cycle_momentum)")
             raise UserError(f"graph {graph.name!r}: {flag}: {what} (node {u.name!r}) is not "
                             f"built for a sharded update; train without it or without {flag}")
     out = []

@@ -66,6 +66,8 @@ DEFAULT_WEIGHT_DECAY: dict[str, float] = {"sgd": 0.0, "momentum": 0.0, "adam": 0
 
 # The hyperparameters a step reads, per parameter group, in the update ops' input order.
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "weight_decay")
+# The momentum a step reads as well with `cycle_momentum`, per kind (before lr).
+MOMENTUM_NAMES: dict[str, str] = {"momentum": "momentum", "adam": "beta1", "adamw": "beta1"}
 HYPER_SCOPE = "optim/group/"
 
 
@@ -87,7 +89,7 @@ def parse_hyperparameter_tensor(name: str) -> tuple[int, str] | None:
     if not name.startswith(HYPER_SCOPE):
         return None
     group, _, field = name.removeprefix(HYPER_SCOPE).partition("/")
-    if not group.isdigit() or field not in HYPERPARAMETERS:
+    if not group.isdigit() or field not in (*HYPERPARAMETERS, *MOMENTUM_NAMES.values()):
         return None
     return int(group), field
 
@@ -143,6 +145,10 @@ class Optimizer(Record):
     # group's update reads lr * factor(optimizer steps taken), computed in the step. None:
     # the rate is what set_hyperparameters last wrote (a schedule driven from Python).
     schedule: LRSchedule | None = None
+    # The momentum (momentum kind) or beta1 (adam, adamw) is a run-time scalar of each group,
+    # `optim/group/<k>/momentum` or `.../beta1`, as lr: a scheduler's cycle_momentum writes
+    # it between steps. False (left out of the record's dump): compiled into the update.
+    cycle_momentum: bool = Field(default=False, exclude_if=lambda v: not v)
 
     # The step reads them as float32 scalars (docs/training.md).
     @field_validator("lr", "weight_decay", "momentum", "dampening", "epsilon", "clip_grad_norm")
@@ -168,6 +174,8 @@ class Optimizer(Record):
                              f"(kind 'momentum'), not of {self.kind!r}")
         if self.kind not in ("adam", "adamw") and self.amsgrad:
             raise ValueError(f"amsgrad is a setting of adam and adamw, not of {self.kind!r}")
+        if self.cycle_momentum and self.kind not in MOMENTUM_NAMES:
+            raise ValueError(f"cycle_momentum: {self.kind!r} has no momentum to cycle")
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError("nesterov momentum requires a momentum > 0 and zero dampening "
                              "(as torch.optim.SGD)")
@@ -194,7 +202,7 @@ class Optimizer(Record):
     def counts_steps(self) -> bool:
         """Whether the update reads the shared step count (Adam's bias correction, SGD's
         undampened first step)."""
-        return bool(UPDATE_PARTS[self.update_op](self.update_attrs())[1])
+        return "step" in UPDATE_PARTS[self.update_op](self.update_attrs())[1]
 
     def update_attrs(self) -> dict[str, Any]:
         """Attributes of this optimizer's update op, every one spelled out but the optional
@@ -202,11 +210,14 @@ class Optimizer(Record):
         byte-identical); the learning rate and weight decay are inputs, not attributes."""
         if self.kind == "sgd":
             return {}
+        read = {"momentum_input": True} if self.cycle_momentum else {}
         if self.kind == "momentum":
             damped = {"dampening": self.dampening} if self.dampening else {}
-            return {"momentum": self.momentum, "nesterov": self.nesterov, **damped}
-        return {"beta1": self.beta1, "beta2": self.beta2, "decoupled": self.kind == "adamw",
-                "epsilon": self.epsilon, **({"amsgrad": True} if self.amsgrad else {})}
+            return {**({} if read else {"momentum": self.momentum}), "nesterov": self.nesterov,
+                    **damped, **read}
+        return {**({} if read else {"beta1": self.beta1}), "beta2": self.beta2,
+                "decoupled": self.kind == "adamw", "epsilon": self.epsilon,
+                **({"amsgrad": True} if self.amsgrad else {}), **read}
 
     def group_of(self, param: str) -> int:
         """The index of the parameter group `param` belongs to (module docstring)."""
@@ -216,7 +227,8 @@ class Optimizer(Record):
         return 0
 
     def hyperparameters(self, group: int) -> dict[str, float]:
-        """The first values of group `group`'s hyperparameters (HYPERPARAMETERS order)."""
+        """The first values of group `group`'s hyperparameters in the update's input order:
+        with `cycle_momentum` its momentum or beta1, then HYPERPARAMETERS."""
         if not 0 <= group <= len(self.groups):
             raise ValueError(f"parameter group {group} does not exist; the optimizer has "
                              f"{len(self.groups) + 1}")
@@ -224,7 +236,9 @@ class Optimizer(Record):
         lr = own.lr if own is not None and own.lr is not None else self.lr
         wd = (own.weight_decay if own is not None and own.weight_decay is not None
               else self.weight_decay)
-        return {"lr": lr, "weight_decay": wd}
+        cycled = ({MOMENTUM_NAMES[self.kind]: self.momentum if self.kind == "momentum"
+                   else self.beta1} if self.cycle_momentum else {})
+        return {**cycled, "lr": lr, "weight_decay": wd}
 
 
 class LossScaling(Record):

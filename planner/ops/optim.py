@@ -20,7 +20,11 @@ momentum, torch.optim.Adam and AdamW), each computed in the parameter's dtype:
 where t is the step count *after* this step's Increment (1 on the first step). Without
 dampening (d = 0) ApplyMomentum needs no step count: v starts at zero, so the first step's
 v' = g, as PyTorch's buffer cloned from the gradient; with dampening the step count is an
-input after the velocity (torch.optim.SGD does not dampen the first step). `maximize` is no
+input after the velocity (torch.optim.SGD does not dampen the first step). With the optional
+attribute `momentum_input` the momentum m (ApplyMomentum) or b1 (ApplyAdam) is no attribute
+but a float32 scalar input just before lr, read each step as lr is (a scheduler's
+cycle_momentum writes it): Adam's bias correction then takes this step's b1 to the power t,
+as torch.optim.Adam's `1 - beta1 ** step` does. `maximize` is no
 attribute: the training graph negates the gradient before the update, as torch.optim does
 first (planner/graph/autodiff.py).
 
@@ -89,21 +93,24 @@ def _infer_update(op: str, parts):
 
 def momentum_parts(a: Attrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """ApplyMomentum's state slots and scalar inputs before lr and weight decay: the step
-    count only with dampening (module docstring).
+    count only with dampening, the momentum only with `momentum_input` (module docstring).
 
-    >>> momentum_parts({"dampening": 0.5})
-    (('velocity',), ('step',))
+    >>> momentum_parts({"dampening": 0.5, "momentum_input": True})
+    (('velocity',), ('step', 'momentum'))
     """
-    return ("velocity",), ("step",) if a.get("dampening") else ()
+    return ("velocity",), (*(("step",) if a.get("dampening") else ()),
+                           *(("momentum",) if a.get("momentum_input") else ()))
 
 
 def adam_parts(a: Attrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """ApplyAdam's state slots (amsgrad: the running maximum of v too) and its step count.
+    """ApplyAdam's state slots (amsgrad: the running maximum of v too) and its scalar inputs
+    before lr and weight decay: the step count, and beta1 with `momentum_input`.
 
     >>> adam_parts({"amsgrad": True})
     (('m', 'v', 'v_max'), ('step',))
     """
-    return ("m", "v", "v_max") if a.get("amsgrad") else ("m", "v"), ("step",)
+    return (("m", "v", "v_max") if a.get("amsgrad") else ("m", "v"),
+            ("step", "beta1") if a.get("momentum_input") else ("step",))
 
 
 def _decayed(p: np.ndarray, g: np.ndarray, weight_decay: np.ndarray) -> np.ndarray:
@@ -124,8 +131,8 @@ def _sgd_pw(m, xs, a):
 
 
 def _momentum_pw(m, xs, a):
-    p, g, v, lr, wd = xs
-    mom = a["momentum"]
+    p, g, v, *read, lr, wd = xs
+    mom = read[-1] if a.get("momentum_input") else a["momentum"]
     g = _decayed_pw(m, p, g, wd)
     v_next = mom * v + g
     step = m.where(a["nesterov"] != 0, g + mom * v_next, v_next)
@@ -133,8 +140,8 @@ def _momentum_pw(m, xs, a):
 
 
 def _adam_pw(m, xs, a):
-    p, g, mo, v, t, lr, wd = xs
-    b1, b2 = a["beta1"], a["beta2"]
+    p, g, mo, v, t, *read, lr, wd = xs
+    b1, b2 = read[0] if a.get("momentum_input") else a["beta1"], a["beta2"]
     decoupled = a["decoupled"] != 0
     g = m.where(decoupled, g, _decayed_pw(m, p, g, wd))
     p = m.where(decoupled, p * (1.0 - lr * wd), p)
@@ -173,9 +180,11 @@ register(OpDef(
 # ---- Momentum ---------------------------------------------------------------------------------
 
 def _momentum(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    p, g, v, *steps, lr, wd = xs
+    p, g, v, *scalars, lr, wd = xs
+    steps = scalars[:1] if a.get("dampening") else []
     f = p.dtype.type
-    lr, m, d = f(lr), f(a["momentum"]), f(a.get("dampening") or 0.0)
+    lr, d = f(lr), f(a.get("dampening") or 0.0)
+    m = f(scalars[-1]) if a.get("momentum_input") else f(a["momentum"])
     g = _decayed(p, g, wd)
     if d != 0 and float(steps[0]) == 1:  # torch.optim.SGD's first buffer: the gradient itself
         v_next = g.copy()
@@ -191,7 +200,9 @@ register(OpDef(
     name="ApplyMomentum", arity=None, min_inputs=5,
     attrs={"momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),
            # optional: absent (0) leaves graphs made before it byte-identical
-           "dampening": Attr("float", optional=True)},
+           "dampening": Attr("float", optional=True),
+           # optional: the momentum is an input (module docstring), `momentum` unread
+           "momentum_input": Attr("bool", optional=True)},
     infer=_infer_update("ApplyMomentum", momentum_parts),
     # per element: velocity and param multiply-adds, weight decay, Nesterov's look-ahead
     flops=lambda ins, outs, a: ins[0].size * (6 + (2 if a["nesterov"] else 0)),
@@ -203,7 +214,8 @@ register(OpDef(
         scalar_inputs=(3, 4)),
     # The CUDA kernel is generated from this formula: without dampening only (the step
     # count's input is not in its signature, so codegen.backends refuses a dampened node).
-    doc="ApplyMomentum [param, grad, velocity, (step if dampening), lr, weight_decay] -> "
+    doc="ApplyMomentum [param, grad, velocity, (step if dampening), (momentum if "
+        "momentum_input), lr, weight_decay] -> "
         "[param_next, velocity_next], PyTorch's v = momentum * v + (1 - dampening) * g (v = g "
         "on step 1); param -= lr * v (or g + momentum * v with nesterov).",
 ))
@@ -212,12 +224,14 @@ register(OpDef(
 # ---- Adam -------------------------------------------------------------------------------------
 
 def _adam(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    read = 1 if a.get("momentum_input") else 0
     if a.get("amsgrad"):
-        p, g, m, v, v_max, step, lr, wd = xs
+        p, g, m, v, v_max, step, *beta1, lr, wd = xs
     else:
-        p, g, m, v, step, lr, wd = xs
+        p, g, m, v, step, *beta1, lr, wd = xs
     f = p.dtype.type
-    lr, b1, b2, eps = f(lr), f(a["beta1"]), f(a["beta2"]), f(a["epsilon"])
+    lr, b2, eps = f(lr), f(a["beta2"]), f(a["epsilon"])
+    b1 = f(beta1[0]) if read else f(a["beta1"])
     t = f(step)
     if a["decoupled"]:
         p = p * (f(1) - lr * f(wd))
@@ -238,7 +252,9 @@ register(OpDef(
     name="ApplyAdam", arity=None, min_inputs=7,
     attrs={"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
            "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False),
-           "amsgrad": Attr("bool", optional=True)},
+           "amsgrad": Attr("bool", optional=True),
+           # optional: beta1 is an input (module docstring), the attribute unread
+           "momentum_input": Attr("bool", optional=True)},
     infer=_infer_update("ApplyAdam", adam_parts),
     # per element: 3 for m, 4 for v, sqrt, scale and epsilon (3), divide and update (3),
     # 2 for weight decay; amsgrad: the maximum and its read
@@ -253,7 +269,8 @@ register(OpDef(
         scalar_inputs=(4, 5, 6)),
     # The CUDA kernel is generated from this formula: without amsgrad only (v_max is not in
     # its signature, so codegen.backends refuses an amsgrad node).
-    doc="ApplyAdam [param, grad, m, v, (v_max if amsgrad), step, lr, weight_decay] -> "
+    doc="ApplyAdam [param, grad, m, v, (v_max if amsgrad), step, (beta1 if momentum_input), "
+        "lr, weight_decay] -> "
         "[param_next, m_next, v_next, (v_max_next)], torch.optim.Adam (AdamW with "
         "`decoupled`; amsgrad: the running maximum of v in the denominator) with bias "
         "correction by the step count t (already incremented for this step).",

@@ -27,6 +27,7 @@ import numpy as np
 
 from planner.graph.optimizer import (
     HYPERPARAMETERS,
+    MOMENTUM_NAMES,
     hyperparameter_tensor,
     parse_hyperparameter_tensor,
 )
@@ -66,8 +67,8 @@ def _layout(graph: Graph) -> tuple[list[str], dict[str, tuple[int, str]], dict[i
         for j in range(len(held)):
             slot = n.inputs[2 + j].rsplit("/", 1)[-1]
             slots[n.inputs[2 + j]] = (k, TORCH_SLOTS[slot])
-        if scalars:  # it reads this step's count: the held one, incremented
-            at = n.inputs[2 + len(held)]
+        if "step" in scalars:  # it reads this step's count: the held one, incremented
+            at = n.inputs[2 + len(held) + scalars.index("step")]
             count = graph.producer.get(at)
             step = count.inputs[0] if count is not None else at
         parsed = parse_hyperparameter_tensor(n.inputs[-2])
@@ -182,14 +183,14 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
             flat[step] = np.asarray(state[0]["step"], np.float32)
         except (KeyError, TypeError):
             raise ValueError("load_state_dict: optimizer state 0 lacks 'step'") from None
-    _load_groups(param_groups, groups, flat)
+    _load_groups(param_groups, groups, flat, held=ex.params(copy=False))
     if MICRO_STEP in flat:
         _check_micro_step(flat[MICRO_STEP])
     ex.load_params(flat)
 
 
 def _load_groups(param_groups: list, groups: dict[int, list], flat: dict[str, Any],
-                 by_name: bool = False) -> None:
+                 by_name: bool = False, held: Any = ()) -> None:
     """Each parameter group's hyperparameters into `flat`, after checking that the
     checkpoint's groups hold the plan's parameters (`groups`: per group, its parameters'
     indices; `by_name`: their names, in any order, as a sharded plan's)."""
@@ -205,6 +206,11 @@ def _load_groups(param_groups: list, groups: dict[int, list], flat: dict[str, An
             value = hyperparameter_value(group[name], f"load_state_dict: parameter group {g} "
                                                       f"{name}")
             flat[hyperparameter_tensor(g, name)] = np.asarray(value, np.float32)
+        for name in MOMENTUM_NAMES.values():  # a plan with cycle_momentum reads it too
+            if name in group and hyperparameter_tensor(g, name) in held:
+                value = hyperparameter_value(group[name], f"load_state_dict: parameter group "
+                                                          f"{g} {name}")
+                flat[hyperparameter_tensor(g, name)] = np.asarray(value, np.float32)
         got = list(group.get("params", ()))
         if (sorted(map(str, got)) != sorted(groups[g]) if by_name else got != groups[g]):
             raise ValueError(f"load_state_dict: parameter group {g} holds parameters "
@@ -238,7 +244,8 @@ def _load_sharded(ex: Any, graph: Graph, layout: Layout, model: dict, planner: d
         except (KeyError, TypeError):
             raise ValueError(f"load_state_dict: optimizer state of parameter {first!r} lacks "
                              f"'step'") from None
-    _load_groups(param_groups, _sharded_groups(layout), flat, by_name=True)
+    _load_groups(param_groups, _sharded_groups(layout), flat, by_name=True,
+                 held=ex.params(copy=False))
     shards = held_shards(layout)
     held = ex.params(copy=False)
     for name in sorted(held):

@@ -1,6 +1,7 @@
 """The hyperparameters a training step reads: each parameter group's learning rate and weight
-decay, float32 scalars an executor holds beside the parameters (planner/graph/optimizer.py
-names them), set between steps. Every backend's executor binds these two functions as methods:
+decay (and with the optimizer's cycle_momentum its momentum or beta1), float32 scalars an
+executor holds beside the parameters (planner/graph/optimizer.py names them), set between
+steps. Every backend's executor binds these two functions as methods:
 
     ex.set_hyperparameters({"lr": 0.05}, group=0)   # the next step reads 0.05
     ex.hyperparameters()                            # {0: {"lr": 0.05, "weight_decay": 0.0}}

@@ -15,16 +15,26 @@ refused in one line naming it, never dropped.
 | lr, weight_decay, maximize          | the same names                                   |
 | param_groups[k]                     | group k: its parameters by identity, its lr and  |
 |                                     | weight_decay (run-time scalars of the step)      |
+| a scheduler's cycle_momentum        | cycle_momentum: each group's momentum or         |
+|                                     | betas[0] a run-time scalar of the step too       |
+
+Momentum and betas[0] are compiled into the update unless a scheduler made before the
+trainer cycles them (OneCycleLR's and CyclicLR's cycle_momentum, on by default: they leave
+`max_momentum` and `base_momentum` in each group): then the step reads each group's, as it
+reads lr, and Adam's bias correction takes this step's beta1 (torch's `1 - beta1 ** step`).
+A change to a setting the plan compiled in is refused in one line before the step that would
+ignore it.
 
 `foreach` and `fused` choose how torch.optim loops over the parameters, not the update it
 computes (the planner runs its own kernel per parameter), so they are accepted; `capturable`
 likewise (CUDA graphs); `differentiable=True` (autograd through the step) is refused. A
-setting other than lr and weight_decay that differs between param groups is refused (the
-planner compiles it into the update), as is optimizer state already held (steps taken, or a
-state_dict loaded: the executor starts from zero state), a parameter in a group that is not
-the module's, and a parameter that requires grad, gets a gradient and that no group holds
-(torch would leave it alone; the planner would train it). One in no group that gets no
-gradient (a teacher called only under torch.no_grad()) is a constant of the step.
+setting other than lr, weight_decay (and a cycled momentum) that differs between param
+groups is refused (the planner compiles it into the update), as is optimizer state already
+held (steps taken, or a state_dict loaded: the executor starts from zero state), a
+parameter in a group that is not the module's, and a parameter that requires grad, gets a
+gradient and that no group holds (torch would leave it alone; the planner would train it).
+One in no group that gets no gradient (a teacher called only under torch.no_grad()) is a
+constant of the step.
 
 Example:
     >>> from_settings("sgd", lr=0.1, momentum=0.9, dampening=0.1).update_attrs()
@@ -117,16 +127,17 @@ def from_torch(optimizer: Any, module: Any, prefix: str) -> Any:
                          f"optimizer and load the state with Trainer.executor.load_state_dict")
     groups = optimizer.param_groups
     first = groups[0]
-    cycled_momentum(optimizer)
+    cycle = cycles_momentum(optimizer)
+    settings = compiled(optimizer, cycle)
     for k, group in enumerate(groups):
         if group.get("differentiable"):
             raise ValueError(f"optimizer {cls.__name__}: param_groups[{k}] differentiable=True "
                              f"(autograd through the step) is not built; leave it False")
-        for key in _GROUP_KEYS[family]:
-            if k and _value(group.get(key)) != _value(first.get(key)):
+        for key, value in settings[k].items():
+            if k and value != settings[0][key]:
                 raise ValueError(f"optimizer {cls.__name__}: param_groups[{k}] {key}="
-                                 f"{group.get(key)!r} differs from param_groups[0]'s "
-                                 f"{first.get(key)!r}; the planner takes per-group lr and "
+                                 f"{value!r} differs from param_groups[0]'s "
+                                 f"{settings[0][key]!r}; the planner takes per-group lr and "
                                  f"weight_decay only (give every group the same {key})")
     names = _names(module, groups, prefix, cls.__name__)
     fields: dict[str, Any] = {"lr": _number("lr", first["lr"]),
@@ -144,6 +155,8 @@ def from_torch(optimizer: Any, module: Any, prefix: str) -> Any:
             else "adam"
         fields["beta1"], fields["beta2"] = _betas(first["betas"])
         fields |= {"epsilon": _number("eps", first["eps"]), "amsgrad": bool(first["amsgrad"])}
+    if cycle and kind != "sgd":  # momentum 0 cycled: torch's SGD reads no momentum then
+        fields["cycle_momentum"] = True
     fields["groups"] = tuple(
         ParamGroup(params="^(" + "|".join(re.escape(n) for n in names[k]) + ")$",
                    lr=_number(f"param_groups[{k}] lr", group["lr"]),
@@ -153,22 +166,42 @@ def from_torch(optimizer: Any, module: Any, prefix: str) -> Any:
     return _record(Optimizer, kind, fields)
 
 
-def compiled(optimizer: Any) -> list[dict[str, Any]]:
+def cycles_momentum(optimizer: Any) -> bool:
+    """Whether a scheduler on `optimizer` cycles momentum or betas[0] (OneCycleLR's and
+    CyclicLR's cycle_momentum: they leave `max_momentum` and `base_momentum` in each group;
+    equal ones cycle nothing)."""
+    return any(_value(g.get("max_momentum")) != _value(g.get("base_momentum"))
+               for g in optimizer.param_groups)
+
+
+def compiled(optimizer: Any, cycle: bool) -> list[dict[str, Any]]:
     """The settings of each param group that the plan compiles in (all but lr and
-    weight_decay), as they are now."""
+    weight_decay, and with `cycle` momentum or betas[0]), as they are now."""
     family = "sgd" if "momentum" in optimizer.defaults else "adam"
-    return [{key: _value(g.get(key)) for key in _GROUP_KEYS[family]}
-            for g in optimizer.param_groups]
+    out = []
+    for g in optimizer.param_groups:
+        settings = {key: _value(g.get(key)) for key in _GROUP_KEYS[family]}
+        if cycle and family == "sgd":
+            settings.pop("momentum")
+        elif cycle and isinstance(settings["betas"], tuple) and len(settings["betas"]) == 2:
+            settings["betas[1]"] = settings.pop("betas")[1]
+        out.append(settings)
+    return out
 
 
-def group_hyperparameters(optimizer: Any, planned: list[dict[str, Any]]
-                          ) -> list[tuple[float, float]]:
-    """(lr, weight_decay) of each of a torch.optim instance's param groups, now: what a
-    scheduler last set (read before each step). ValueError in one line where a setting the
-    plan compiled in has changed since (`planned`, `compiled` then): OneCycleLR's
-    cycle_momentum writes betas or momentum each step."""
-    cycled_momentum(optimizer)
-    now = compiled(optimizer)
+def group_hyperparameters(optimizer: Any, planned: list[dict[str, Any]], cycle: bool
+                          ) -> list[dict[str, float]]:
+    """Each of a torch.optim instance's param groups' run-time scalars, now: lr and
+    weight_decay, and with `cycle` momentum (SGD) or beta1 (Adam): what a scheduler last set
+    (read before each step). ValueError in one line where a setting the plan compiled in has
+    changed since (`planned`, `compiled` then)."""
+    if not cycle and cycles_momentum(optimizer):
+        what = "betas[0]" if "betas" in optimizer.param_groups[0] else "momentum"
+        raise ValueError(f"optimizer: a scheduler made after the trainer cycles its {what} "
+                         f"(cycle_momentum=True, OneCycleLR's and CyclicLR's default), which "
+                         f"the plan compiled in; make the scheduler before the trainer (the "
+                         f"step then reads it) or pass cycle_momentum=False")
+    now = compiled(optimizer, cycle)
     if len(now) != len(planned):
         raise ValueError(f"the optimizer has {len(now)} param groups; the trainer was planned "
                          f"with {len(planned)} (add_param_group needs a new trainer)")
@@ -176,28 +209,19 @@ def group_hyperparameters(optimizer: Any, planned: list[dict[str, Any]]
         for key in was:
             if was[key] != is_[key]:
                 raise ValueError(f"optimizer param_groups[{k}] {key} changed from {was[key]!r} "
-                                 f"to {is_[key]!r}: the plan compiled it in, only lr and "
-                                 f"weight_decay change between steps (OneCycleLR: pass "
-                                 f"cycle_momentum=False)")
-    return [(_number(f"param_groups[{k}] lr", g["lr"]),
-             _number(f"param_groups[{k}] weight_decay", g["weight_decay"]))
-            for k, g in enumerate(optimizer.param_groups)]
-
-
-def cycled_momentum(optimizer: Any) -> None:
-    """ValueError in one line where a scheduler on `optimizer` cycles momentum or betas[0]
-    (OneCycleLR's and CyclicLR's cycle_momentum, on by default: they leave `max_momentum` and
-    `base_momentum` in each group; equal ones cycle nothing), which the plan compiles in:
-    refused as the trainer is made (or before its first step, for a scheduler made after
-    it), not after a step ran on the first value."""
-    for k, group in enumerate(optimizer.param_groups):
-        if _value(group.get("max_momentum")) != _value(group.get("base_momentum")):
-            what = "betas[0]" if "betas" in group else "momentum"
-            raise ValueError(f"optimizer param_groups[{k}]: a scheduler cycles its {what} "
-                             f"(cycle_momentum=True, OneCycleLR's and CyclicLR's default), "
-                             f"which the plan compiles in; OneCycleLR(..., "
-                             f"cycle_momentum=False) works (lr and weight_decay are read "
-                             f"before every step)")
+                                 f"to {is_[key]!r}: the plan compiled it in; only lr, "
+                                 f"weight_decay (and momentum or betas[0] where a scheduler "
+                                 f"made before the trainer cycles them) change between steps")
+    out = []
+    for k, g in enumerate(optimizer.param_groups):
+        values = {"lr": _number(f"param_groups[{k}] lr", g["lr"]),
+                  "weight_decay": _number(f"param_groups[{k}] weight_decay", g["weight_decay"])}
+        if cycle and "betas" in g:
+            values["beta1"] = _betas(g["betas"])[0]
+        elif cycle:
+            values["momentum"] = _number(f"param_groups[{k}] momentum", g["momentum"])
+        out.append(values)
+    return out
 
 
 def _names(module: Any, groups: list[Mapping[str, Any]], prefix: str,

@@ -10,8 +10,10 @@ works on it:
         ex.step(feeds)          # reads them
         sched.step()
 
-Momentum and betas are compiled into the plan: a scheduler that cycles them (OneCycleLR's
-cycle_momentum) is refused by PyTorch itself, as for an optimizer without them.
+Its groups carry lr and weight_decay only (momentum and betas are compiled into the plan,
+or, with the optimizer's cycle_momentum, written by ex.set_hyperparameters): a scheduler that
+cycles them (OneCycleLR's cycle_momentum) is refused by PyTorch itself, as for an optimizer
+without them.
 """
 
 from __future__ import annotations

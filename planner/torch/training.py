@@ -175,10 +175,12 @@ class Trainer:
         self.shapes = shapes
         self.ranks = ranks  # data-parallel ranks under torchrun (1 without)
         # A torch.optim instance the trainer was given: its groups' lr and weight_decay (a
-        # scheduler's) are read before each step; the values last written, per group.
+        # scheduler's; with a cycled momentum that too) are read before each step; the values
+        # last written, per group.
         self.optimizer = optimizer
         self._sharded = any(n.op == "AllGather" for n in graph.nodes)
-        self._written: list[tuple[float, float]] = []
+        self._cycle = any(n.attrs.get("momentum_input") for n in graph.nodes)
+        self._written: list[dict[str, float]] = []
         self._stepped: Built | None = None  # the shapes the last step ran on (`trace`)
         # The module's tensors made views of the executor (load_into, params(copy=False)):
         # a measured plan is then not swapped in (_refine).
@@ -186,7 +188,7 @@ class Trainer:
         if optimizer is not None:
             from planner.torch.optimizers import compiled
 
-            self._compiled = compiled(optimizer)
+            self._compiled = compiled(optimizer, self._cycle)
 
     def _arrays(self, inputs: Sequence[Any], what: str) -> list[np.ndarray]:
         if len(inputs) != len(self._feeds):
@@ -267,14 +269,15 @@ class Trainer:
               file=sys.stderr, flush=True)
 
     def _read_groups(self) -> None:
-        """The torch optimizer's groups' lr and weight_decay into the executor, where they
-        changed (a scheduler's step, or the user's write to param_groups)."""
+        """The torch optimizer's groups' lr and weight_decay (and a cycled momentum or
+        beta1) into the executor, where they changed (a scheduler's step, or the user's write
+        to param_groups)."""
         from planner.torch.optimizers import group_hyperparameters
 
-        now = group_hyperparameters(self.optimizer, self._compiled)
-        for k, (lr, wd) in enumerate(now):
-            if k >= len(self._written) or self._written[k] != (lr, wd):
-                self.executor.set_hyperparameters({"lr": lr, "weight_decay": wd}, group=k)
+        now = group_hyperparameters(self.optimizer, self._compiled, self._cycle)
+        for k, values in enumerate(now):
+            if k >= len(self._written) or self._written[k] != values:
+                self.executor.set_hyperparameters(values, group=k)
         self._written = now
 
     def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:

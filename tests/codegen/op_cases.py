@@ -476,14 +476,30 @@ CASES: dict[str, list[tuple]] = {
                       # dampening: the first step (t = 1) takes the gradient, later ones damp it
                       *[([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(t)),
                           ((), const(0.1)), ((), const(0.01))],
-                         {"momentum": 0.8, "dampening": 0.3}) for t in (1.0, 3.0)]],
+                         {"momentum": 0.8, "dampening": 0.3}) for t in (1.0, 3.0)],
+                      # momentum_input: the momentum a scalar input (a cycled one), with
+                      # nesterov, and after dampening's step count
+                      ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(0.7)),
+                        ((), const(0.1)), ((), const(0.01))],
+                       {"nesterov": True, "momentum_input": True}),
+                      ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((), const(3.0)),
+                        ((), const(0.85)), ((), const(0.1)), ((), const(0.01))],
+                       {"dampening": 0.3, "momentum_input": True})],
     "ApplyAdam": [([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
                     ((), const(0.1)), ((), const(0.01))], {}),
                   ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
                     ((), const(0.1)), ((), const(0.01))], {"decoupled": True}),
                   # amsgrad: v_max (some above v', some below) beside m and v
                   ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((3, 4), U), ((), P),
-                    ((), const(0.1)), ((), const(0.01))], {"amsgrad": True})],
+                    ((), const(0.1)), ((), const(0.01))], {"amsgrad": True}),
+                  # momentum_input: beta1 a scalar input after the step count (bias
+                  # correction by this step's beta1), with amsgrad too
+                  ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((), P),
+                    ((), const(0.85)), ((), const(0.1)), ((), const(0.01))],
+                   {"decoupled": True, "momentum_input": True}),
+                  ([((3, 4), N), ((3, 4), N), ((3, 4), N), ((3, 4), U), ((3, 4), U), ((), P),
+                    ((), const(0.6)), ((), const(0.1)), ((), const(0.01))],
+                   {"amsgrad": True, "momentum_input": True})],
     "Increment": [([((), N)], {})],
     # each kind of recorded learning-rate schedule, in and past its warm-up or first phase
     "ScheduledLR": [([((), P), ((), ("count", t))], attrs) for t, attrs in (

@@ -156,7 +156,7 @@ def test_one_cycle_with_its_momentum_cycling_equals_eager(make_opt):
     """OneCycleLR's default cycle_momentum=True writes betas[0] (momentum) every step as well
     as the lr, as a Python float: the compiled step takes each as the lr (planner/torch/
     scalars.py), a graph input after Dynamo's one recompile, every step planned, none eager
-    (the trainer refuses the same scheduler: its momentum is compiled in). STEPS + 1 steps:
+    (the trainer reads it as a scalar of its step too: test_cycled_momentum.py). STEPS + 1 steps:
     the bound above is for a few steps (the step's scalars are float32 where eager's are
     Python floats)."""
     torch.manual_seed(0)

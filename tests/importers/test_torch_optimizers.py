@@ -188,23 +188,25 @@ def test_what_cannot_be_honoured_is_refused_by_name():
     assert "setting lr" in _refusal(torch.optim.Adam(m.parameters()), m, lr=0.1)
 
 
-def test_a_scheduler_cycling_momentum_is_refused_as_the_trainer_is_made():
-    # OneCycleLR's default cycle_momentum=True writes betas[0] (Adam) or momentum (SGD) every
-    # step; the plan compiles them in, so the trainer is refused before anything is built,
-    # in one line naming what works
+def test_a_scheduler_cycling_momentum_plans_it_as_a_run_time_scalar():
+    # OneCycleLR's and CyclicLR's default cycle_momentum=True writes betas[0] (Adam) or
+    # momentum (SGD) every step: the record reads it each step, as lr (the trained result:
+    # tests/importers/test_cycled_momentum.py); without one the record is as before
+    from planner.torch.optimizers import from_torch
+
     for make in (lambda m: torch.optim.AdamW(m.parameters(), lr=0.01),
                  lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)):
         m = _model()
         opt = make(m)
+        assert not from_torch(opt, m, "model.").cycle_momentum
         torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)
-        text = _refusal(opt, m)
-        what = "betas[0]" if isinstance(opt, torch.optim.AdamW) else "momentum"
-        assert f"param_groups[0]: a scheduler cycles its {what}" in text, text
-        assert "OneCycleLR(..., cycle_momentum=False) works" in text, text
+        record = from_torch(opt, m, "model.")
+        assert record.cycle_momentum and record.update_attrs()["momentum_input"]
+        assert "cycle_momentum" not in from_torch(make(m), m, "model.").model_dump_json()
     m = _model()
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.01, max_lr=0.1)
-    assert "cycles its momentum" in _refusal(opt, m)
+    assert from_torch(opt, m, "model.").cycle_momentum
 
 
 def test_pytorch_names_and_their_errors():
@@ -219,8 +221,8 @@ def test_pytorch_names_and_their_errors():
 
 @pytest.mark.slow
 def test_a_scheduler_writing_compiled_settings_is_refused(tmp_path):
-    # OneCycleLR cycles Adam's betas by default: the plan compiled them in (the same build as
-    # adam-steplr's, cached by content)
+    # OneCycleLR cycles Adam's betas by default; made after the trainer, whose plan compiled
+    # them in (the same build as adam-steplr's, cached by content), it is refused
     model, batches = _model(), _batches()
     opt = CONFIGS["adam-steplr"][0](model)
     x, y = batches[0]
@@ -228,8 +230,8 @@ def test_a_scheduler_writing_compiled_settings_is_refused(tmp_path):
                 out_dir=tmp_path)
     t.step(x, y)
     torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)  # writes betas
-    with pytest.raises(ValueError, match=r"param_groups\[0\]: a scheduler cycles its "
-                                         r"betas\[0\] .* cycle_momentum=False\) works"):
+    with pytest.raises(ValueError, match=r"a scheduler made after the trainer cycles its "
+                                         r"betas\[0\] .* or pass cycle_momentum=False"):
         t.step(x, y)
     # without cycling (its documented remedy) the same scheduler drives the step's lr
     for group in opt.param_groups:

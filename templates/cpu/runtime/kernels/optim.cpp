@@ -5,7 +5,8 @@
 //                                    v' = g' at t = 1, else m v + (1 - d) g'
 //   ApplyAdam [p, g, m, v, t, lr, wd]  torch.optim.Adam (AdamW: decoupled) with bias correction
 //                                    by t; amsgrad [p, g, m, v, vmax, t, lr, wd] -> [.., vmax']
-// lr and wd are float32 scalars in the arena (a parameter group's), read each step.
+// lr and wd are float32 scalars in the arena (a parameter group's), read each step; with
+// momentum_input the momentum (ApplyMomentum) or beta1 (ApplyAdam) is one too, just before lr.
 //   Increment [x]              x + by (float32 or int64)
 //   Fill [] / Zeros []         constant tensors
 //   AccumulateGrad [s, g, k]   g / K on an optimizer step's first micro-batch, else s + g / K
@@ -49,18 +50,25 @@ void require_inputs(const Node& n, size_t want, const char* op) {
     throw std::runtime_error(std::string(op) + ": wrong number of inputs for its attributes");
 }
 
+// Whether node n reads its momentum (or beta1) as an input (the optional attr).
+bool momentum_input(const Node& n) {
+  return n.attrs.has("momentum_input") && n.attrs.b("momentum_input");
+}
+
 class Momentum : public Kernel {
  public:
   explicit Momentum(const Node& n)
-      : a_(update_attrs(n)), dampened_(a_.dampening != 0.f), size_(n.in[0].size()),
-        p_(n.in[0].id), g_(n.in[1].id), v_(n.in[2].id), t_(dampened_ ? n.in[3].id : -1),
-        lr_(n.in[dampened_ ? 4 : 3].id), wd_(n.in[dampened_ ? 5 : 4].id), p_out_(n.out[0].id),
+      : a_(update_attrs(n)), dampened_(a_.dampening != 0.f), read_(momentum_input(n)),
+        size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), v_(n.in[2].id),
+        t_(dampened_ ? n.in[3].id : -1), m_(read_ ? n.in[n.in.size() - 3].id : -1),
+        lr_(n.in[n.in.size() - 2].id), wd_(n.in[n.in.size() - 1].id), p_out_(n.out[0].id),
         v_out_(n.out[1].id) {
     require_f32(n);
-    require_inputs(n, dampened_ ? 6 : 5, "ApplyMomentum");
+    require_inputs(n, 5 + (dampened_ ? 1 : 0) + (read_ ? 1 : 0), "ApplyMomentum");
   }
   void run(const Run& r) override {
-    const UpdateAttrs a = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
+    UpdateAttrs a = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
+    if (read_) a.momentum = *r.at<float>(m_);
     if (dampened_)
       dampened_momentum_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(v_),
                                *r.at<float>(t_), r.at<float>(p_out_), r.at<float>(v_out_),
@@ -72,25 +80,28 @@ class Momentum : public Kernel {
 
  private:
   UpdateAttrs a_;
-  bool dampened_;
+  bool dampened_, read_;
   int64_t size_;
-  int p_, g_, v_, t_, lr_, wd_, p_out_, v_out_;
+  int p_, g_, v_, t_, m_, lr_, wd_, p_out_, v_out_;
 };
 
 class Adam : public Kernel {
  public:
   explicit Adam(const Node& n)
-      : a_(update_attrs(n)), k_(a_.amsgrad ? 1 : 0), size_(n.in[0].size()), p_(n.in[0].id),
-        g_(n.in[1].id), m_(n.in[2].id), v_(n.in[3].id), vmax_(k_ ? n.in[4].id : -1),
-        t_(n.in[4 + k_].id), lr_(n.in[5 + k_].id), wd_(n.in[6 + k_].id), p_out_(n.out[0].id),
-        m_out_(n.out[1].id), v_out_(n.out[2].id), vmax_out_(k_ ? n.out[3].id : -1) {
+      : a_(update_attrs(n)), k_(a_.amsgrad ? 1 : 0), read_(momentum_input(n) ? 1 : 0),
+        size_(n.in[0].size()), p_(n.in[0].id), g_(n.in[1].id), m_(n.in[2].id),
+        v_(n.in[3].id), vmax_(k_ ? n.in[4].id : -1), t_(n.in[4 + k_].id),
+        b1_(read_ ? n.in[5 + k_].id : -1), lr_(n.in[5 + k_ + read_].id),
+        wd_(n.in[6 + k_ + read_].id), p_out_(n.out[0].id), m_out_(n.out[1].id),
+        v_out_(n.out[2].id), vmax_out_(k_ ? n.out[3].id : -1) {
     require_f32(n);
-    require_inputs(n, 7 + k_, "ApplyAdam");
+    require_inputs(n, 7 + k_ + read_, "ApplyAdam");
     if (n.out.size() != static_cast<size_t>(3 + k_))
       throw std::runtime_error("ApplyAdam: wrong number of outputs for its attributes");
   }
   void run(const Run& r) override {
-    const UpdateAttrs a = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
+    UpdateAttrs a = with_hyperparameters(a_, r.at<float>(lr_), r.at<float>(wd_));
+    if (read_) a.beta1 = *r.at<float>(b1_);  // this step's, bias correction included
     if (k_)
       amsgrad_update(r.at<float>(p_), r.at<float>(g_), r.at<float>(m_), r.at<float>(v_),
                      r.at<float>(vmax_), *r.at<float>(t_), r.at<float>(p_out_),
@@ -103,9 +114,9 @@ class Adam : public Kernel {
 
  private:
   UpdateAttrs a_;
-  int k_;
+  int k_, read_;
   int64_t size_;
-  int p_, g_, m_, v_, vmax_, t_, lr_, wd_, p_out_, m_out_, v_out_, vmax_out_;
+  int p_, g_, m_, v_, vmax_, t_, b1_, lr_, wd_, p_out_, m_out_, v_out_, vmax_out_;
 };
 
 // Adam's float32 step count or the int64 dropout step.
