@@ -27,6 +27,7 @@ def _check(verdicts):
             assert v.detail and "\n" not in v.detail
 
 
+@pytest.mark.ci_sample
 def test_two_programs_match_eager_through_both_entry_points(tmp_path):
     verdicts = sweep.sweep(FAST, steps=4, out_dir=tmp_path)
     assert [(v.program, v.entry) for v in verdicts] == [
