@@ -15,7 +15,8 @@ own (`--cache`; default `planner-bench-first-step` beside the user's cache folde
 runs: the kernel library is built in its first run), so that packages other work builds
 meanwhile are not counted. `--cold` gives the planner an empty cache folder (the kernel
 library built again) and Inductor a fresh cache directory first; `--new-host` a new folder
-holding only the kernel library (a host that has measured nothing: the planner's first plans
+holding only the kernel library, one per engine and workload (a host that has measured
+nothing: the planner's first plans
 are priced by the model while a child measures, codegen/measure_later.py). The last column is
 how long that child went on after the script ended (waited for before the next cell).
 `--neighbours N` runs N processes of 2-thread float32 matmuls beside every run
@@ -90,6 +91,18 @@ def table(title: str, rows: list[dict]) -> str:
     return "\n".join([head, *body])
 
 
+def new_host() -> str:
+    """A new planner cache folder holding only the kernel library (linked): a host that has
+    measured and built nothing."""
+    from codegen.build import build_runtime, runtime_folder
+
+    build_runtime()
+    root = Path(tempfile.mkdtemp(prefix="bench-first-step-")) / "planner"
+    root.mkdir()
+    (root / runtime_folder().name).symlink_to(runtime_folder(), target_is_directory=True)
+    return str(root)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="cnn,text")
@@ -117,13 +130,7 @@ def main() -> None:
         env["PLANNER_CACHE"] = str(root / "planner")
         env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
     elif args.new_host:
-        from codegen.build import build_runtime, runtime_folder
-
-        build_runtime()
-        root = Path(tempfile.mkdtemp(prefix="bench-first-step-")) / "planner"
-        root.mkdir()
-        (root / runtime_folder().name).symlink_to(runtime_folder(), target_is_directory=True)
-        env["PLANNER_CACHE"] = str(root)
+        env["PLANNER_CACHE"] = new_host()
     else:  # a cache of the bench's own: what other work builds meanwhile is not counted
         from planner.io.write import cache_root
 
@@ -138,12 +145,16 @@ def main() -> None:
             steps = args.text_steps if workload == "text" else 0
             rows = []
             for engine in engines:
+                if args.new_host:  # each engine's first process on a host of its own
+                    env["PLANNER_CACHE"] = new_host()
                 rows.append(run_once(workload, engine, steps, args.quick, env))
                 print(f"  {workload} {engine}: {rows[-1]}", flush=True)
             print(table(f"{workload} (one process each)", rows), flush=True)
         if args.restarts > 1:
             rows = []
             for engine in engines:
+                if args.new_host:
+                    env["PLANNER_CACHE"] = new_host()
                 runs = [run_once("cnn", engine, 0, args.quick, env)
                         for _ in range(args.restarts)]
                 firsts = [f"{r['first_step_s']:.1f}" if "error" not in r else "error"
