@@ -47,6 +47,9 @@ def measure(folder: Path) -> None:
 
 def main(argv: list[str]) -> int:
     folder, parent = Path(argv[0]), int(argv[1])
+    # The lowest priority, set here rather than between the parent's fork and exec
+    # (preexec_fn), which is unsafe in a process running threads (its OpenMP teams).
+    os.nice(19)
     try:
         measure(folder)
     except BaseException:  # noqa: BLE001 - told to the parent through the log

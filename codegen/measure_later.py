@@ -219,13 +219,9 @@ def _start(job: _Job) -> None:
         job.process = subprocess.Popen(
             [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=_lowest_priority, env={**os.environ, "PLANNER_MEASURE": "first"})
+            env={**os.environ, "PLANNER_MEASURE": "first"})
     finally:
         log.close()
-
-
-def _lowest_priority() -> None:
-    os.nice(19)
 
 
 def _ended(job: _Job, code: int) -> None:
