@@ -60,8 +60,8 @@ def test_a_table_of_another_target_or_no_table_is_refused(tmp_path):
         trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                 out_dir=tmp_path, costs=other)
     for value, kind in ((42, "int"), (torch.zeros(2), "Tensor")):
-        with pytest.raises(UserError, match=f"costs: 'measured', 'analytical', 'in-step', a "
-                                            f"cost table or its path, not {kind}"):
+        with pytest.raises(UserError, match=f"costs: 'background', 'measured', 'analytical', "
+                                            f"'in-step', a cost table or its path, not {kind}"):
             trainer(small_cnn(), (x,), loss=torch.nn.functional.cross_entropy, labels=y,
                     out_dir=tmp_path, costs=value)
     with pytest.raises(UserError, match="no-such.json"):
@@ -86,6 +86,9 @@ def test_the_default_measures_once_per_host_and_the_next_module_reuses_it(tmp_pa
     import codegen.profiling as profiling
 
     monkeypatch.delenv("PLANNER_COSTS", raising=False)
+    # Measured first, in this process (the default measures in a child meanwhile:
+    # tests/codegen/test_measure_later.py), so that what is measured can be counted here.
+    monkeypatch.setenv("PLANNER_MEASURE", "first")
     monkeypatch.setattr("planner.costs.host_costs.cache_root", lambda: tmp_path / "cache")
     # Every measurement kept as a quiet machine's: a busy one (the suite's other worker
     # building beside it) is measured again once the machine is quiet, by design
