@@ -253,7 +253,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
 # graph of the same computation (Dynamo's recompile of a piece with symbolic sizes, traced
 # once for every size, whose calls torch numbers otherwise) takes its names, so that it finds
 # the plans and ranges made for it (planner.torch.executors._structure keys them by name).
-_FIRST: dict[str, Any] = {}
+_FIRST: dict[str, Any] = {}  # computation -> Graph
 
 
 def _named_as_before(piece: Any) -> Any:
@@ -269,12 +269,11 @@ def _named_as_before(piece: Any) -> Any:
         [(n.op, [index[i] for i in n.inputs], [index[o] for o in n.outputs])
          for n in piece.graph.nodes], [index[o] for o in piece.graph.outputs],
         [index[i] for i in piece.inputs if i])).encode()).hexdigest()
-    first = _FIRST.setdefault(key, piece)
-    names = None if first is piece else names_like(piece.graph, first.graph)
+    first = _FIRST.setdefault(key, piece.graph)  # (the graph only: no constants' values)
+    names = None if first is piece.graph else names_like(piece.graph, first)
     if names is None or all(k == v for k, v in names.items()):
         return piece
-    graph = renamed(piece.graph, names, first.graph).model_copy(update={"name":
-                                                                       piece.graph.name})
+    graph = renamed(piece.graph, names, first).model_copy(update={"name": piece.graph.name})
     return replace(piece, graph=graph,
                    consts={names.get(k, k): v for k, v in piece.consts.items()},
                    inputs=tuple(names.get(i, i) if i else i for i in piece.inputs),
