@@ -54,8 +54,6 @@ def build_package(plan: Plan, out: str | Path, force: bool = False,
             os.chmod(staging, 0o777 & ~_umask())
             tree = render(plan, staging, name=name)
             result = build(tree, progress, sanitize)
-            # CMake's cache names the folder it was configured in; a later build reconfigures.
-            shutil.rmtree(staging / "build" / "cmake", ignore_errors=True)
             _replace(out, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
