@@ -9,29 +9,37 @@ from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
-from planner.memory.options import MemoryOptions
+from planner.memory.options import MemoryOptions, format_bytes
 from planner.pipeline.backends import BACKENDS
 from planner.pipeline.options import PlanOptions
 from planner.schedule.record import Schedule
 
 
 def co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one: Schedule,
-                          options: PlanOptions) -> tuple[Schedule, MemoryDecision]:
-    """The co-running schedule and its memory decision when the planned step (conv
-    algorithms, workspaces, reuse edges and copies included) is still at least `min_gain`
-    shorter than that of `one` (one GPU stream; on a CPU, every op on all threads, one at a
-    time), else `one`'s plan: the scheduler's guard, again after memory planning (which may
-    order ops that the schedule let co-run)."""
+                          options: PlanOptions
+                          ) -> tuple[Schedule, MemoryDecision, str | None]:
+    """The co-running schedule and its memory decision, or `one`'s (one GPU stream; on a
+    CPU, every op on all threads, one at a time), and why the strategy changed (None: it did
+    not). Where the backend compares the two anyway (a GPU's streams), the co-running plan is
+    kept where its planned step (conv algorithms, workspaces, reuse edges and copies
+    included) is still at least `min_gain` shorter: the scheduler's guard, again after memory
+    planning. Where only the budget brings `one` in (a CPU's lanes), the main schedule is
+    kept unless `one`'s plan is the cheaper way to meet the budget (at least `min_gain`
+    shorter, or the only one that fits), and then the reason is one line the plan's summary
+    keeps (`planner show`, `explain` and `diff` print it)."""
     # A budget only one of them meets gets that one; one that neither meets is refused with
     # the smaller of their smallest feasible budgets (which one of them then meets): only
     # then are those searched for.
     quick = options.memory.model_copy(update={"infeasible_probes": 0})
-    decided = []
+    decided: list[MemoryDecision | None] = []
+    refused: list[InfeasibleBudget | None] = []
     for s in (one, schedule):
         try:
             decided.append(place(graph, model, s, quick))
-        except InfeasibleBudget:
+            refused.append(None)
+        except InfeasibleBudget as e:
             decided.append(None)
+            refused.append(e)
     one_memory, memory = decided
     if one_memory is None and memory is None:
         errors = []
@@ -41,18 +49,33 @@ def co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one
             except InfeasibleBudget as e:
                 errors.append(e)
         raise min(errors, key=lambda e: e.smallest_bytes)
-    if memory is None:
-        return one, one_memory
     if one_memory is None:
-        return schedule, memory
+        return schedule, memory, None
+    unbudgeted = options.model_copy(update={"memory": MemoryOptions()})
+    budget_only = BACKENDS[schedule.backend].one_lane(schedule, unbudgeted) is None
+    budget = format_bytes(options.memory.budget_bytes or 0)
+    if memory is None:
+        need = refused[1].smallest_bytes if refused[1] is not None else 0
+        return one, one_memory, (
+            f"{schedule.strategy} -> {one.strategy} under the {budget} budget: the "
+            f"{schedule.strategy} schedule's plan does not fit it (it needs at least "
+            f"{format_bytes(need)}); {one.strategy}'s takes {_step(one, one_memory) * 1e3:.3f}"
+            f" ms") if budget_only else None
+    mine, theirs = _step(schedule, memory), _step(one, one_memory)
+    gain = options.schedule.min_gain
+    # The main schedule by default: `one` where it is at least min_gain shorter (the plan's
+    # one-lane guard in assembly then keeps the main schedule no slower than its variants).
+    if (theirs >= mine * (1 - gain)) if budget_only else (mine <= theirs * (1 - gain)):
+        return schedule, memory, None
+    return one, one_memory, (
+        f"{schedule.strategy} -> {one.strategy} under the {budget} budget: "
+        f"{one.strategy}'s plan takes {theirs * 1e3:.3f} ms, the {schedule.strategy} "
+        f"schedule's {mine * 1e3:.3f} ms") if budget_only else None
 
-    def step(s: Schedule, m: MemoryDecision) -> float:
-        # Memory planning re-times the ops where it orders or adds some, else the schedule's.
-        return max((op.end for op in m.ops or s.ops), default=0.0)
 
-    if step(schedule, memory) <= step(one, one_memory) * (1 - options.schedule.min_gain):
-        return schedule, memory
-    return one, one_memory
+def _step(s: Schedule, m: MemoryDecision) -> float:
+    # Memory planning re-times the ops where it orders or adds some, else the schedule's.
+    return max((op.end for op in m.ops or s.ops), default=0.0)
 
 
 def place(graph: Graph, model: CostModel, schedule: Schedule,

@@ -58,9 +58,9 @@ def place_memory(p: Planning) -> Planning:
     assert p.model is not None and p.schedule is not None
     if p.one_lane is None:
         return p.but(memory=place(p.graph, p.model, p.schedule, p.options.memory))
-    schedule, memory = co_running_if_faster(p.graph, p.model, p.schedule, p.one_lane,
-                                            p.options)
-    return p.but(schedule=schedule, one_lane=None, memory=memory)
+    schedule, memory, switch = co_running_if_faster(p.graph, p.model, p.schedule,
+                                                    p.one_lane, p.options)
+    return p.but(schedule=schedule, one_lane=None, memory=memory, switch=switch)
 
 
 def assemble_plan(p: Planning) -> Planning:
@@ -70,7 +70,7 @@ def assemble_plan(p: Planning) -> Planning:
 
     assert p.model is not None and p.schedule is not None and p.memory is not None
     out = p.on_host(assemble(p.graph, p.model, p.options, p.schedule, p.memory,
-                             host=p.target))
+                             host=p.target, switch=p.switch))
     if p.evaluation_plan is not None:
         out = out.model_copy(update={"evaluation": p.evaluation_plan})
     if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:
