@@ -78,7 +78,6 @@ from planner.schedule.cpu import measured_handoff
 from planner.schedule.record import Schedule, ScheduledOp
 from planner.schedule.streams import ComputeSteps, stream_order
 
-
 # The orders a CPU plan's ops may run in under a budget (`cpu_steps`): the lanes' own, as
 # the schedule timed them, or each update moved up to right after its gradient (less memory:
 # gradients never all live at once, but a lane then waits for the update another lane's op

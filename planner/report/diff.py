@@ -117,7 +117,8 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     switch = switch if switch[0] != switch[1] else None
     strategy = [sa.get("strategy"), sb.get("strategy")]
     different = bool(
-        switch or strategy[0] != strategy[1] or summary or memory_summary or by_type or order_changed or only_a or only_b
+        switch or strategy[0] != strategy[1] or summary or memory_summary or by_type
+        or order_changed or only_a or only_b
         or any(_any(s) for s in (tensors, memory_ops, convs, edges))
         or provenance or backends[0] != backends[1] or target_changed or graph_changed
         or header)
