@@ -115,6 +115,8 @@ def cpu_budget_solve(graph: Graph, schedule: Schedule, model: CostModel,
     the budget, recomputes and offloads chosen with the order the lanes run in."""
     if order is not None:
         return _solve_in(graph, schedule, model, options, moves, order)
+    if moves is not None:  # decisions of one order's stash mean nothing in another's
+        raise ValueError("replayed decisions need the order they were taken in")
     found, refused = [], []
     for name in ORDERS:
         try:

@@ -33,8 +33,8 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
              switch: str | None = None) -> Plan:
     """The Plan record of a schedule and its memory decision: ops in execution order (memory
     planning's, when it re-timed them), every ordering edge, the summary, provenance. `host`:
-    the machine the plan names when the model priced a share of it (ranks per host);
-    `switch`: why the budget changed the strategy (Summary.strategy_switch)."""
+    the machine the plan names when the model priced a share of it (ranks per host); `switch`:
+    why the budget changed the strategy (Summary.strategy_switch)."""
     target = host or model.target
     # A ScheduledOp's __dict__ holds its fields (no dump to copy them); the records validated
     # in one call (OpPlan(...) one by one costs 1.6x as much).
@@ -54,8 +54,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
     if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
         ops = tuple(planned_prefetch(graph, ops, happens))
-    ops, rows, one = _one_lane(graph, model, options, schedule, memory, ops,
-                               chosen=switch is not None)
+    ops, rows, one = _one_lane(graph, model, options, schedule, memory, ops, switch is not None)
     step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound
     busy = {op.name: op.end - op.start for op in ops if op.name in rank}
@@ -70,8 +69,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                      else schedule.utilization),
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed or one is not None
         else schedule.mean_corun,
-        ops=len(ops), analytical_signatures=schedule.analytical_signatures,
-        strategy_switch=switch,
+        ops=len(ops), analytical_signatures=schedule.analytical_signatures, strategy_switch=switch,
         memory=memory.summary if one is None
         else one_lane_memory(memory.summary, ops, memory.inserted),
         **_priced(graph, model.table, BACKENDS[schedule.backend].lists_priced))

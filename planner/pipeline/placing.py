@@ -55,12 +55,14 @@ def co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one
     budget_only = BACKENDS[schedule.backend].one_lane(schedule, unbudgeted) is None
     budget = format_bytes(options.memory.budget_bytes or 0)
     if memory is None:
+        # The quick search's least LOAD: a bound, said only where it is above the budget.
         need = refused[1].smallest_bytes if refused[1] is not None else 0
+        more = f" (it needs at least {format_bytes(need)})" \
+            if need > (options.memory.budget_bytes or 0) else ""
         return one, one_memory, (
             f"{schedule.strategy} -> {one.strategy} under the {budget} budget: the "
-            f"{schedule.strategy} schedule's plan does not fit it (it needs at least "
-            f"{format_bytes(need)}); {one.strategy}'s takes {_step(one, one_memory) * 1e3:.3f}"
-            f" ms") if budget_only else None
+            f"{schedule.strategy} schedule's plan does not fit it{more}; {one.strategy}'s "
+            f"takes {_step(one, one_memory) * 1e3:.3f} ms") if budget_only else None
     mine, theirs = _step(schedule, memory), _step(one, one_memory)
     gain = options.schedule.min_gain
     # The main schedule by default: `one` where it is at least min_gain shorter (the plan's
