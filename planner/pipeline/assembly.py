@@ -43,15 +43,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         {**op.__dict__, "order": k, "lane": lane}
         for k, (op, lane) in enumerate(zip(placed, lane_numbers(placed), strict=True))])
     rank = {op.name: op.order for op in ops}
-    # Each distinct edge once, the records the schedule and memory planning made (building
-    # tens of thousands again was a tenth of assembly on ResNet-1001).
-    named: dict[tuple[str, str], Edge] = {}
-    # Where memory planning added ops, its edges may replace the schedule's (BackendPlanner).
-    stated = () if memory.ops and BACKENDS[schedule.backend].memory_orders(schedule) \
-        else schedule.edges
-    for e in (*stated, *memory.edges):
-        named.setdefault((e.before, e.after), e)
-    happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
+    happens = _happens(schedule, memory, rank)
     if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
         ops = tuple(planned_prefetch(graph, ops, happens))
     ops, rows, one = _one_lane(graph, model, options, schedule, memory, ops, switch is not None)
@@ -64,7 +56,9 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         ratio=step / bound.seconds if bound.seconds else 1.0,
         critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
         allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
-        utilization=(_core_busy(ops, model.target.cores, step) if one is not None
+        # (a re-timed CPU plan's ops are on CPUs, not streams: its cores' busy time)
+        utilization=(_core_busy(ops, model.target.cores, step)
+                     if one is not None or retimed and all(op.cpus for op in ops)
                      else (_stream_busy(ops, busy) / step if step else 0.0) if retimed
                      else schedule.utilization),
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed or one is not None
@@ -88,6 +82,19 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 happens_before=happens, tensors=memory.tensors,
                 memory=MemoryPlan(ops=memory.inserted, convs=memory.convs), summary=summary,
                 provenance=provenance, variants=variants)
+
+
+def _happens(schedule: Schedule, memory: MemoryDecision, rank: dict[str, int]
+             ) -> tuple[Edge, ...]:
+    """Each distinct edge once, the records the schedule and memory planning made (building
+    tens of thousands again was a tenth of assembly on ResNet-1001), in execution order."""
+    named: dict[tuple[str, str], Edge] = {}
+    # Where memory planning added ops, its edges may replace the schedule's (BackendPlanner).
+    stated = () if memory.ops and BACKENDS[schedule.backend].memory_orders(schedule) \
+        else schedule.edges
+    for e in (*stated, *memory.edges):
+        named.setdefault((e.before, e.after), e)
+    return tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
 
 
 def _one_lane(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,

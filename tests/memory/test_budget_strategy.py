@@ -19,6 +19,7 @@ from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.report.diff import diff_plans
 from planner.report.diff_text import format_diff
+from planner.report.explain import explain, format_explain, rederive
 from planner.target import preset
 from planner.zoo import build
 from tests.targets import two_cores
@@ -44,6 +45,8 @@ def test_resnet18_ten_percent_below_its_peak_keeps_its_step():
     assert p.summary.strategy == free.summary.strategy == "optimized"
     assert p.summary.strategy_switch is None
     assert p.summary.step_seconds <= 1.10 * free.summary.step_seconds
+    # Re-timed on its lanes: the cores' busy share, as the unconstrained plan's.
+    assert 0.5 < p.summary.utilization <= 1.0
     # Met by recomputing, not by running every op on all threads one at a time.
     assert any(op.kind == "recompute" for op in p.memory.ops)
 
@@ -99,6 +102,10 @@ def test_a_switch_is_said_by_show_and_diff():
     assert s.strategy == "uniform" and s.strategy_switch
     assert s.strategy_switch.startswith("optimized -> uniform under the")
     assert "strategy    optimized -> uniform" in format_summary(p.json_data)
+    # explain re-derives the plan (its decisions made again) and says the same line.
+    e = explain(rederive(p, target))
+    assert e["strategy_switch"] == s.strategy_switch
+    assert f"  strategy {s.strategy_switch}" in format_explain(e).splitlines()
     lines = format_diff(diff_plans(free.json_data, p.json_data)).splitlines()
     said = [line for line in lines if line.startswith("strategy: optimized -> uniform (b: ")]
     assert len(said) == 1 and s.strategy_switch in said[0]
