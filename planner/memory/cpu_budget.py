@@ -3,8 +3,8 @@ decisions (planner.memory.gpu: cost-aware recompute segments first where they ar
 offload to a host store where recompute cannot reach the budget) on the CPU schedule's op
 order, carried out by the CPU executor's lanes.
 
-    steps        the schedule's ops in plan order, updates moved up as on a stream, each at
-                 its scheduled time (`cpu_steps`)
+    steps        the schedule's ops in plan order, each at its scheduled time, in the
+                 lanes' own order or with updates moved up as on a stream (`cpu_steps`)
     decide       stash, moves and layout as on a GPU, with every op's kernel scratch area
                  (driver.scratch_buffers' rule, at the op's thread count) laid out with it:
                  a recompute of a node gets a scratch area of its own too; an offload
@@ -20,7 +20,9 @@ order, carried out by the CPU executor's lanes.
                  On a CPU a copy takes a core like any op, so none is hidden. Where the
                  arena's reuse orders the lanes' few-thread ops one after another, every op
                  on all threads may be faster: planner.pipeline plans both and keeps the
-                 lanes only where they still win by min_gain.
+                 lanes unless the one-lane plan is min_gain faster (or alone fits).
+    orders       the search runs in the lanes' own order and with updates moved up
+                 (ORDERS), and keeps the faster plan that fits
 
 The host store is a separate allocation (placement "host", offsets in
 MemorySummary.host_bytes); the arena alone is what the budget bounds.

@@ -1,6 +1,7 @@
 """Memory planning as planning runs it: the backend's memory planner (`place`), and the
-faster of a co-running schedule and its one-lane one once both are planned
-(`co_running_if_faster`).
+choice between a co-running schedule and its one-lane one once both are planned
+(`co_running_if_faster`: under a CPU budget, the main schedule unless the one-lane plan is
+the cheaper way to meet it, which the plan then says).
 """
 
 from __future__ import annotations

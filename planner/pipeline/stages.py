@@ -53,8 +53,9 @@ def schedule(p: Planning) -> Planning:
 
 
 def place_memory(p: Planning) -> Planning:
-    """Memory planning of the schedule (and of the one-lane one: the faster plan is kept).
-    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
+    """Memory planning of the schedule (and of the one-lane one: co_running_if_faster says
+    which plan is kept, and why a budget switched the strategy, if it did). Raises
+    InfeasibleBudget when no plan fits options.memory.budget_bytes."""
     assert p.model is not None and p.schedule is not None
     if p.one_lane is None:
         return p.but(memory=place(p.graph, p.model, p.schedule, p.options.memory))
