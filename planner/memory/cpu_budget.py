@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -152,8 +153,8 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
         state.replay(moves)
         # The search's heuristics, no limit: without a decision the budget may not be met.
         placed = lay(state, options, scratch)
-    m = placed.material
     first_cpu = min(c for o in schedule.ops for c in o.cpus)
+    core_of = {c.id: c.core for c in model.target.logical_cpus}
 
     def where_of(m: Material) -> list[dict]:
         out = []
@@ -164,18 +165,63 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
                                                                "threads": 1})
         return out
 
-    where = where_of(m)
-    m.edges = lane_edges(m, where, {c.id: c.core for c in model.target.logical_cpus})
-    # Timed as the lanes run them: an op handed over from another lane waits to be woken.
-    for spec, at in zip(m.ops, where, strict=True):
-        spec.lane = min(at["cpus"])
-    m.handoff = measured_handoff(model)
-    placed = timed_layout(placed, options) or placed
+    def on_lanes(p: Placed) -> tuple[Placed, bool]:
+        # Timed as the lanes run them (an op handed over from another lane waits to be
+        # woken), then laid out over those times where that fits (`timed_layout`).
+        m = p.material
+        where = where_of(m)
+        m.edges = lane_edges(m, where, core_of)
+        for spec, at in zip(m.ops, where, strict=True):
+            spec.lane = min(at["cpus"])
+        m.handoff = measured_handoff(model)
+        timed = timed_layout(p, options)
+        return timed or p, timed is not None
+
+    placed, timed = on_lanes(placed)
     if moves is not None:  # nothing to refuse: the replay is a what-if
-        options = options.model_copy(update={"budget_bytes": None})
-    solved = solve(placed.state, placed, options, liveness_load)
+        solved = solve(placed.state, placed, options.model_copy(update={"budget_bytes": None}),
+                       liveness_load)
+    else:
+        solved = solve(placed.state, placed, options, liveness_load)
+        # The keys' layout shares bytes between ops of different lanes, and its reuse edges
+        # then order them: a few more recomputes may cost less than those waits.
+        more = None if timed or options.budget_bytes is None else \
+            _timed_with_more_moves(placed.state, options, scratch, on_lanes)
+        if more is not None:
+            other = solve(more.state, more, options, liveness_load)
+            if other.step_seconds < solved.step_seconds:
+                solved = other
     solved.order = order
-    return solved, where_of(placed.material)
+    return solved, where_of(solved.placed.material)
+
+
+# Rounds of `_timed_with_more_moves`, each applying twice as many moves as the one before.
+MORE_ROUNDS = 8
+
+
+def _timed_with_more_moves(state: State, options: MemoryOptions,
+                           scratch: Callable[[Material], list[Buffer]],
+                           on_lanes: Callable[[Placed], tuple[Placed, bool]]) -> Placed | None:
+    """The search's state with more of its moves (1, 2, 4, ... more: the search's own next
+    ones) until its layout over the lanes' times fits the budget, so that no reuse edge
+    delays a lane; None when the moves or MORE_ROUNDS run out first."""
+    probe = State(state.stash, state.bandwidth, state.allow_offload, state.allow_recompute,
+                  state.host_limit, state.overlapped)
+    probe.replay(list(state.log))
+    batch = 1
+    for _ in range(MORE_ROUNDS):
+        for _ in range(batch):
+            move = probe.best_move()
+            if move is None:
+                return None
+            probe.apply(move)
+        placed = lay(probe, options, scratch)
+        if placed is not None:
+            placed, timed = on_lanes(placed)
+            if timed:
+                return placed
+        batch *= 2
+    return None
 
 
 def timed_layout(placed: Placed, options: MemoryOptions) -> Placed | None:

@@ -48,8 +48,15 @@ def schedule(p: Planning) -> Planning:
     compute = compute_graph(p.graph)
     schedule = comm_lane(p.graph, backend.schedule(compute, p.model, p.options.schedule), link)
     one_lane = backend.one_lane(schedule, p.options)
+    # Under a budget, the main strategy without parallel-loop groups too (the budget search
+    # runs a group's ops one after another: planner.pipeline.placing._without_groups).
+    grouped = one_lane is not None and p.options.memory.budget_bytes is not None \
+        and any(o.group for o in schedule.ops)
+    plain = p.options.schedule.model_copy(update={"grouping": False, "corun_groups": False})
     return p.but(schedule=schedule, one_lane=None if one_lane is None else
-                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link))
+                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link),
+                 ungrouped=comm_lane(p.graph, backend.schedule(compute, p.model, plain), link)
+                 if grouped else None)
 
 
 def place_memory(p: Planning) -> Planning:
@@ -60,8 +67,9 @@ def place_memory(p: Planning) -> Planning:
     if p.one_lane is None:
         return p.but(memory=place(p.graph, p.model, p.schedule, p.options.memory))
     schedule, memory, switch = co_running_if_faster(p.graph, p.model, p.schedule,
-                                                    p.one_lane, p.options)
-    return p.but(schedule=schedule, one_lane=None, memory=memory, switch=switch)
+                                                    p.one_lane, p.options, p.ungrouped)
+    return p.but(schedule=schedule, one_lane=None, ungrouped=None, memory=memory,
+                 switch=switch)
 
 
 def assemble_plan(p: Planning) -> Planning:
