@@ -13,13 +13,17 @@ import warnings
 import pytest
 
 from planner.cli.plan import format_summary
+from planner.costs import CostModel
 from planner.curve import budget_curve
 from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
+from planner.pipeline.placing import place
 from planner.report.diff import diff_plans
 from planner.report.diff_text import format_diff
 from planner.report.explain import explain, format_explain, rederive
+from planner.schedule.cpu import cpu_schedule
+from planner.schedule.options import ScheduleOptions
 from planner.target import preset
 from planner.zoo import build
 from tests.targets import two_cores
@@ -121,3 +125,27 @@ def test_pareto_points_are_monotone():
     # Every point at least as fast as the next smaller budget's.
     assert all(a >= b for a, b in zip(steps, steps[1:], strict=False))
     assert c.points[-1].step_seconds == planned(g, two_cores()).summary.step_seconds
+
+
+def test_a_grouped_schedule_meets_a_budget_without_its_groups_where_faster():
+    # LeNet with AdamW on two cores: the optimized schedule co-runs ops in groups (one loop
+    # each); the budget search runs a group's ops one after another, each at the group's
+    # whole time, so the same strategy made without groups meets the budget faster.
+    g = make_training_graph(build("lenet", batch=16, image=28), Optimizer(kind="adamw"))
+    target = two_cores()
+    model = CostModel(target)
+    grouped = cpu_schedule(g, model, ScheduleOptions())
+    plain = cpu_schedule(g, model, ScheduleOptions(grouping=False, corun_groups=False))
+    assert any(o.group for o in grouped.ops) and not any(o.group for o in plain.ops)
+    m = planned(g, target).summary.memory
+    budget = m.per_op_bound_bytes + (m.arena_bytes - m.per_op_bound_bytes) * 3 // 4
+
+    def step(s):
+        d = place(g, model, s, MemoryOptions(budget_bytes=budget))
+        return max(o.end for o in d.ops or s.ops)
+
+    assert step(plain) < step(grouped)
+    p = planned(g, target, budget)
+    assert p.summary.strategy == "optimized" and p.summary.strategy_switch is None
+    assert p.summary.step_seconds <= step(plain) * (1 + 1e-9)
+    assert not any(op.group for op in p.ops)
