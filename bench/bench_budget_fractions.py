@@ -2,7 +2,7 @@
 arena: the plan's strategy, predicted step and measured step of the generated executor, built
 and run on this host (issue 89: a budget should keep the co-running schedule and cost little).
 
-    python bench/bench_budget_fractions.py [--batch 128] [--rounds 5]
+    python bench/bench_budget_fractions.py [--batch 128] [--rounds 5] [--costs measured]
 
 A fraction below the smallest budget the planner reaches is reported as infeasible, with that
 smallest budget, which is then planned and measured as a row of its own. The runs take turns
@@ -41,16 +41,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--costs", choices=["analytical", "measured"], default="analytical",
+                    help="what prices the plans: the model, or times measured on this host "
+                         "(kept in the host's cache, as `planner plan --costs measured`)")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}")
     target = detect()
     graph = prepare(build("resnet", depth=18, image=32, batch=args.batch, classes=10),
                     GraphOptions(optimizer=Optimizer(kind="adamw")))
 
+    table = None
+    if args.costs == "measured":
+        from planner.cli.main import executor_measurers
+        from planner.cli.plan import priced_table
+
+        table = priced_table("measured", graph, target, PlanOptions(), executor_measurers)
+
     def at(budget):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return plan(graph, target, options=PlanOptions(
+            return plan(graph, target, table, options=PlanOptions(
                 memory=MemoryOptions(budget_bytes=budget)))
 
     free = at(None)

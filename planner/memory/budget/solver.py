@@ -274,20 +274,16 @@ def _unbounded_workspaces(placed: Placed, state: State, options: MemoryOptions
 def simulate(m: Material, seconds: list[float], edges: list[tuple[int, int]]
              ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every op: after its incoming edges' sources end, `m.handoff` later
-    for a data dependency on another lane (ops are numbered in a topological order of the
-    edges). As the schedule's simulator prices them (planner.schedule.simulate): a lane
-    waiting for the data of another's op is woken; one waiting for a CPU that a team op
-    shared with it is not (that team's helper thread is the waiting lane's own)."""
+    for a source on another lane (ops are numbered in a topological order of the edges)."""
     preds: list[list[int]] = [[] for _ in m.ops]
     for u, w in edges:
         preds[w].append(u)
     start = np.zeros(len(m.ops))
     end = np.zeros(len(m.ops))
     lane, handoff = [o.lane for o in m.ops], m.handoff
-    data = [set(d) for d in m.deps] if handoff else []
     for i in range(len(m.ops)):
-        start[i] = max((end[u] + handoff if handoff and lane[u] != lane[i] and u in data[i]
-                        else end[u] for u in preds[i]), default=0.0)
+        start[i] = max((end[u] + handoff if handoff and lane[u] != lane[i] else end[u]
+                        for u in preds[i]), default=0.0)
         end[i] = start[i] + seconds[i]
     return start, end
 
