@@ -4,7 +4,9 @@ and run on this host (issue 89: a budget should keep the co-running schedule and
 
     python bench/bench_budget_fractions.py [--batch 128] [--rounds 5] [--costs measured]
 
-A fraction below the smallest budget the planner reaches is reported as infeasible, with that
+Offload only where it reaches a slower tier (as `planner fit` plans: on a CPU the host store
+is the same memory), so a CPU plan meets its budget by recompute alone. A fraction below the
+smallest budget the planner reaches is reported as infeasible, with that
 smallest budget, which is then planned and measured as a row of its own. The runs take turns
 step by step for `rounds` rounds (bench_memory_exec.measure: warm, one process each).
 """
@@ -35,6 +37,7 @@ def main() -> None:
     from planner.graph.optimizer import Optimizer
     from planner.memory.options import MemoryOptions
     from planner.pipeline import PlanOptions, plan
+    from planner.target.backends import traits
     from planner.target.detect import detect
     from planner.zoo import build
 
@@ -60,8 +63,8 @@ def main() -> None:
     def at(budget):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return plan(graph, target, table, options=PlanOptions(
-                memory=MemoryOptions(budget_bytes=budget)))
+            return plan(graph, target, table, options=PlanOptions(memory=MemoryOptions(
+                budget_bytes=budget, offload=traits(target).slower_tier)))
 
     free = at(None)
     arena = free.summary.memory.arena_bytes
