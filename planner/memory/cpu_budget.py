@@ -157,13 +157,7 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
     core_of = {c.id: c.core for c in model.target.logical_cpus}
 
     def where_of(m: Material) -> list[dict]:
-        out = []
-        for spec in m.ops:
-            at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
-            out.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
-                        "smt": at.smt} if at is not None else {"cpus": (first_cpu,),
-                                                               "threads": 1})
-        return out
+        return op_places(m, steps, placed_on, first_cpu)
 
     def on_lanes(p: Placed) -> tuple[Placed, bool]:
         # Timed as the lanes run them (an op handed over from another lane waits to be
@@ -193,6 +187,18 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
                 solved = other
     solved.order = order
     return solved, where_of(solved.placed.material)
+
+
+def op_places(m: Material, steps: ComputeSteps, placed_on: dict[str, ScheduledOp],
+              first_cpu: int) -> list[dict]:
+    """Where each op of `m` runs: a node, or its recompute, on its scheduled CPUs, threads,
+    affinity and smt mark; a transfer on one thread of the first CPU."""
+    out = []
+    for spec in m.ops:
+        at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
+        out.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
+                    "smt": at.smt} if at is not None else {"cpus": (first_cpu,), "threads": 1})
+    return out
 
 
 # Rounds of `_timed_with_more_moves`, each applying twice as many moves as the one before.

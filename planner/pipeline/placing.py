@@ -38,19 +38,10 @@ def co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one
     # the smaller of their smallest feasible budgets (which one of them then meets): only
     # then are those searched for.
     quick = options.memory.model_copy(update={"infeasible_probes": 0})
-    decided: list[MemoryDecision | None] = []
-    refused: list[InfeasibleBudget | None] = []
-    for s in (one, schedule):
-        try:
-            decided.append(place(graph, model, s, quick))
-            refused.append(None)
-        except InfeasibleBudget as e:
-            decided.append(None)
-            refused.append(e)
-    one_memory, memory = decided
+    (one_memory, _), (memory, refused) = (_quick(graph, model, s, quick) for s in (one, schedule))
     if ungrouped is not None and (memory is None or memory.ops):
-        schedule, memory, refused[1] = _without_groups(graph, model, schedule, memory,
-                                                       ungrouped, quick, refused[1])
+        schedule, memory, refused = _without_groups(graph, model, schedule, memory,
+                                                    ungrouped, quick, refused)
     if one_memory is None and memory is None:
         errors = []
         for s in (one, schedule):
@@ -63,17 +54,16 @@ def co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one
         return schedule, memory, None
     unbudgeted = options.model_copy(update={"memory": MemoryOptions()})
     budget_only = BACKENDS[schedule.backend].one_lane(schedule, unbudgeted) is None
-    budget = format_bytes(options.memory.budget_bytes or 0)
+    budget = options.memory.budget_bytes or 0
+    head = f"{schedule.strategy} -> {one.strategy} under the {format_bytes(budget)} budget: "
     if memory is None:
         # The quick search's least LOAD: a bound, said only where it is above the budget.
-        need = refused[1].smallest_bytes if refused[1] is not None else 0
-        more = f" (it needs at least {format_bytes(need)})" \
-            if need > (options.memory.budget_bytes or 0) else ""
+        need = refused.smallest_bytes if refused is not None else 0
+        more = f" (it needs at least {format_bytes(need)})" if need > budget else ""
         return one, one_memory, (
-            f"{schedule.strategy} -> {one.strategy} under the {budget} budget: the "
-            f"{schedule.strategy} schedule's plan does not fit it{more}; {one.strategy}'s "
-            f"takes {_guarded(graph, model, one, one_memory) * 1e3:.3f} ms") \
-            if budget_only else None
+            f"{head}the {schedule.strategy} schedule's plan does not fit it{more}; "
+            f"{one.strategy}'s takes {_guarded(graph, model, one, one_memory) * 1e3:.3f} ms"
+        ) if budget_only else None
     # Where only the budget compares them, as the plans will be: after assembly's guard.
     step = partial(_guarded, graph, model) if budget_only else _step
     mine, theirs = step(schedule, memory), step(one, one_memory)
@@ -83,9 +73,17 @@ def co_running_if_faster(graph: Graph, model: CostModel, schedule: Schedule, one
     if (theirs >= mine * (1 - gain)) if budget_only else (mine <= theirs * (1 - gain)):
         return schedule, memory, None
     return one, one_memory, (
-        f"{schedule.strategy} -> {one.strategy} under the {budget} budget: "
-        f"{one.strategy}'s plan takes {theirs * 1e3:.3f} ms, the {schedule.strategy} "
+        f"{head}{one.strategy}'s plan takes {theirs * 1e3:.3f} ms, the {schedule.strategy} "
         f"schedule's {mine * 1e3:.3f} ms") if budget_only else None
+
+
+def _quick(graph: Graph, model: CostModel, s: Schedule, options: MemoryOptions
+           ) -> tuple[MemoryDecision | None, InfeasibleBudget | None]:
+    """`s`'s memory decision, or why none meets the budget."""
+    try:
+        return place(graph, model, s, options), None
+    except InfeasibleBudget as e:
+        return None, e
 
 
 def _without_groups(graph: Graph, model: CostModel, schedule: Schedule,
