@@ -102,6 +102,10 @@ class Summary(Record):
     analytical_signatures: int = 0
     # Memory planning's numbers (planner.memory); None until memory is planned.
     memory: MemorySummary | None = None
+    # Why the plan's strategy is not the one asked for: under a memory budget, the one-lane
+    # schedule's plan was the cheaper way to meet it (planner.pipeline.placing); absent from
+    # the JSON when the strategy is the one asked for.
+    strategy_switch: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # A CPU plan priced with a cost table: the keys of its signatures the table measured and
     # of those the analytical model priced (`planner show`); absent from the JSON without a
     # table (every signature modelled: analytical_signatures counts them).

@@ -52,7 +52,8 @@ def test_recomputed_tensor_price_is_the_simulated_difference(budget_plan):
     # The search's decisions, replayed, are the plan: same step and same live-bytes peak.
     solved, _ = cpu_budget_solve(p.graph, d.schedule, d.model, memory)
     log = list(solved.state.log)
-    replay, _ = cpu_budget_solve(p.graph, d.schedule, d.model, memory, moves=log)
+    replay, _ = cpu_budget_solve(p.graph, d.schedule, d.model, memory, moves=log,
+                                 order=solved.order)
     assert replay.step_seconds == p.summary.step_seconds
     assert int(live_profile(replay.buffers)[1].max()) == p.summary.memory.load_bytes
     for tensor in recomputed:
@@ -63,7 +64,8 @@ def test_recomputed_tensor_price_is_the_simulated_difference(budget_plan):
         others = [m for m in log if not (m.kind == "recompute" and m.segment in
                                          {s.id for s in segments})]
         assert len(others) == len(log) - 1
-        without, _ = cpu_budget_solve(p.graph, d.schedule, d.model, memory, moves=others)
+        without, _ = cpu_budget_solve(p.graph, d.schedule, d.model, memory, moves=others,
+                                     order=solved.order)
         assert e["seconds_paid"] == p.summary.step_seconds - without.step_seconds
         assert e["bytes_saved"] == (int(live_profile(without.buffers)[1].max())
                                     - p.summary.memory.load_bytes)

@@ -415,6 +415,8 @@ def format_summary(plan: dict[str, Any]) -> str:
              f", cut {s.get('cut_bound_seconds', 0.0) * 1e3:.3f})"
              f"; ratio {s['ratio']:.3f}",
              f"  utilization {s['utilization']:.1%}; mean co-running ops {s['mean_corun']:.2f}"]
+    if s.get("strategy_switch"):  # the budget changed the strategy: say so, and why
+        lines.insert(1, f"  strategy    {s['strategy_switch']}")
     shapes = plan.get("shape_range")
     if shapes:
         lines.append(f"  range       batches {shapes['smallest']} to {shapes['largest']} "

@@ -29,10 +29,12 @@ OP_PLANS = TypeAdapter(tuple[OpPlan, ...])
 
 
 def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,
-             memory: MemoryDecision, host: Target | None = None) -> Plan:
+             memory: MemoryDecision, host: Target | None = None,
+             switch: str | None = None) -> Plan:
     """The Plan record of a schedule and its memory decision: ops in execution order (memory
     planning's, when it re-timed them), every ordering edge, the summary, provenance. `host`:
-    the machine the plan names when the model priced a share of it (ranks per host)."""
+    the machine the plan names when the model priced a share of it (ranks per host); `switch`:
+    why the budget changed the strategy (Summary.strategy_switch)."""
     target = host or model.target
     # A ScheduledOp's __dict__ holds its fields (no dump to copy them); the records validated
     # in one call (OpPlan(...) one by one costs 1.6x as much).
@@ -41,18 +43,10 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         {**op.__dict__, "order": k, "lane": lane}
         for k, (op, lane) in enumerate(zip(placed, lane_numbers(placed), strict=True))])
     rank = {op.name: op.order for op in ops}
-    # Each distinct edge once, the records the schedule and memory planning made (building
-    # tens of thousands again was a tenth of assembly on ResNet-1001).
-    named: dict[tuple[str, str], Edge] = {}
-    # Where memory planning added ops, its edges may replace the schedule's (BackendPlanner).
-    stated = () if memory.ops and BACKENDS[schedule.backend].memory_orders(schedule) \
-        else schedule.edges
-    for e in (*stated, *memory.edges):
-        named.setdefault((e.before, e.after), e)
-    happens = tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
+    happens = _happens(schedule, memory, rank)
     if any(n.op == "AllGather" for n in graph.nodes):  # ZeRO-3: each gather's distance as run
         ops = tuple(planned_prefetch(graph, ops, happens))
-    ops, rows, one = _one_lane(graph, model, options, schedule, memory, ops)
+    ops, rows, one = _one_lane(graph, model, options, schedule, memory, ops, switch is not None)
     step = max((op.end for op in ops), default=0.0)
     bound = schedule.bound
     busy = {op.name: op.end - op.start for op in ops if op.name in rank}
@@ -62,12 +56,14 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
         ratio=step / bound.seconds if bound.seconds else 1.0,
         critical_path_seconds=bound.critical_path, area_bound_seconds=bound.area,
         allotment_bound_seconds=bound.allotment, cut_bound_seconds=bound.cut,
-        utilization=(_core_busy(ops, model.target.cores, step) if one is not None
+        # (a re-timed CPU plan's ops are on CPUs, not streams: its cores' busy time)
+        utilization=(_core_busy(ops, model.target.cores, step)
+                     if one is not None or retimed and all(op.cpus for op in ops)
                      else (_stream_busy(ops, busy) / step if step else 0.0) if retimed
                      else schedule.utilization),
         mean_corun=(sum(busy.values()) / step if step else 0.0) if retimed or one is not None
         else schedule.mean_corun,
-        ops=len(ops), analytical_signatures=schedule.analytical_signatures,
+        ops=len(ops), analytical_signatures=schedule.analytical_signatures, strategy_switch=switch,
         memory=memory.summary if one is None
         else one_lane_memory(memory.summary, ops, memory.inserted),
         **_priced(graph, model.table, BACKENDS[schedule.backend].lists_priced))
@@ -88,18 +84,32 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
                 provenance=provenance, variants=variants)
 
 
+def _happens(schedule: Schedule, memory: MemoryDecision, rank: dict[str, int]
+             ) -> tuple[Edge, ...]:
+    """Each distinct edge once, the records the schedule and memory planning made (building
+    tens of thousands again was a tenth of assembly on ResNet-1001), in execution order."""
+    named: dict[tuple[str, str], Edge] = {}
+    # Where memory planning added ops, its edges may replace the schedule's (BackendPlanner).
+    stated = () if memory.ops and BACKENDS[schedule.backend].memory_orders(schedule) \
+        else schedule.edges
+    for e in (*stated, *memory.edges):
+        named.setdefault((e.before, e.after), e)
+    return tuple(named[k] for k in sorted(named, key=lambda e: (rank[e[1]], rank[e[0]])))
+
+
 def _one_lane(graph: Graph, model: CostModel, options: PlanOptions, schedule: Schedule,
-              memory: MemoryDecision, ops: tuple[OpPlan, ...]
+              memory: MemoryDecision, ops: tuple[OpPlan, ...], chosen: bool = False
               ) -> tuple[tuple[OpPlan, ...], Rows, Sequence[tuple[int, float]] | None]:
     """(ops, the one-lane rows, the one-lane schedule chosen or None): `ops` on one lane of
-    all the cores where that is faster and the planner chose the strategy."""
+    all the cores where that is faster and the planner chose the strategy (`optimized`, or
+    `chosen`: a budget switched it)."""
     # One lane per core count, in execution order: a one-process plan's without collectives
     # (a comm lane, a data-parallel step's or a ZeRO-3 evaluation's gathers, orders the
     # collectives every rank issues). Decided by the graph too, not the options alone: a
     # graph with collectives planned under one-process options (the host's contention fit
     # once did so with the step graph it was given) gets none either.
     make_rows = BACKENDS[schedule.backend].variants
-    optimized = schedule.strategy == "optimized"
+    optimized = schedule.strategy == "optimized" or chosen
     rows = (make_rows(graph, ops, memory.inserted, memory.tensors, model)
             if make_rows is not None and (options.variants or optimized)
             and options.data_parallel.ranks == 1 and all(op.cpus for op in ops)

@@ -39,10 +39,11 @@ class BackendPlanner:
     memory_bytes: Callable[[Target], int]
     # Whether the arena is held to memory_bytes (a GPU plan meets its budget instead).
     arena_limited: bool
-    # The one-lane schedule's options a schedule is compared with (the faster plan is kept),
-    # or None: a CPU schedule's lanes under a budget, whose arena's reuse may order the lanes'
-    # ops one after another, each still on its lane's few threads (all threads per op may
-    # then be faster); a GPU's co-running streams (planner.schedule.gpu_streams).
+    # The one-lane schedule's options a schedule is compared with (planner.pipeline.placing
+    # says which plan is kept), or None: a CPU schedule's lanes under a budget, whose arena's
+    # reuse may order the lanes' ops one after another, each still on its lane's few threads
+    # (all threads per op may then be faster); a GPU's co-running streams
+    # (planner.schedule.gpu_streams).
     one_lane: Callable[[Schedule, PlanOptions], ScheduleOptions | None]
     # Whether ranks on one host share its cores and memory (planner.schedule.ranks); a GPU
     # rank has its device to itself.

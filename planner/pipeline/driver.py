@@ -14,8 +14,9 @@
                       plans it beside the next stages, in a forked child (planner.beside)
         schedule      BACKENDS[target.backend].schedule (CPU or GPU: decided here only), the
                       collectives on the comm lane, and the one-lane schedule it is compared with
-        place memory  BACKENDS[...].memory: a MemoryDecision (the faster of the two schedules
-                      that meet the budget)
+        place memory  BACKENDS[...].memory: a MemoryDecision (under a budget, the main
+                      schedule's unless the one-lane one's plan is the cheaper way to meet
+                      it: the plan's summary then says why, in one line)
         assemble      the Plan record: summary, bounds, provenance, once; on the host's CPUs;
                       with the evaluation schedule
         verify        the independent checker, always (unless check=False)

@@ -37,7 +37,13 @@ class Planning:
     schedule: Schedule | None = None
     # The one-lane schedule the schedule is compared with (BackendPlanner.one_lane), if any.
     one_lane: Schedule | None = None
+    # Under a budget, the main strategy's schedule without parallel-loop groups, where the
+    # main one has some (planner.pipeline.placing._without_groups).
+    ungrouped: Schedule | None = None
     memory: MemoryDecision | None = None
+    # Why memory planning kept the one-lane schedule rather than the main one under the
+    # budget (planner.pipeline.placing.co_running_if_faster), if it did.
+    switch: str | None = None
     # A training plan's evaluation schedule, planned beside the step's (`_evaluation`).
     evaluation_plan: Evaluation | None = None
     plan: Plan | None = None

@@ -48,19 +48,28 @@ def schedule(p: Planning) -> Planning:
     compute = compute_graph(p.graph)
     schedule = comm_lane(p.graph, backend.schedule(compute, p.model, p.options.schedule), link)
     one_lane = backend.one_lane(schedule, p.options)
+    # Under a budget, the main strategy without parallel-loop groups too (the budget search
+    # runs a group's ops one after another: planner.pipeline.placing._without_groups).
+    grouped = one_lane is not None and p.options.memory.budget_bytes is not None \
+        and any(o.group for o in schedule.ops)
+    plain = p.options.schedule.model_copy(update={"grouping": False, "corun_groups": False})
     return p.but(schedule=schedule, one_lane=None if one_lane is None else
-                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link))
+                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link),
+                 ungrouped=comm_lane(p.graph, backend.schedule(compute, p.model, plain), link)
+                 if grouped else None)
 
 
 def place_memory(p: Planning) -> Planning:
-    """Memory planning of the schedule (and of the one-lane one: the faster plan is kept).
-    Raises InfeasibleBudget when no plan fits options.memory.budget_bytes."""
+    """Memory planning of the schedule (and of the one-lane one: co_running_if_faster says
+    which plan is kept, and why a budget switched the strategy, if it did). Raises
+    InfeasibleBudget when no plan fits options.memory.budget_bytes."""
     assert p.model is not None and p.schedule is not None
     if p.one_lane is None:
         return p.but(memory=place(p.graph, p.model, p.schedule, p.options.memory))
-    schedule, memory = co_running_if_faster(p.graph, p.model, p.schedule, p.one_lane,
-                                            p.options)
-    return p.but(schedule=schedule, one_lane=None, memory=memory)
+    schedule, memory, switch = co_running_if_faster(p.graph, p.model, p.schedule,
+                                                    p.one_lane, p.options, p.ungrouped)
+    return p.but(schedule=schedule, one_lane=None, ungrouped=None, memory=memory,
+                 switch=switch)
 
 
 def assemble_plan(p: Planning) -> Planning:
@@ -70,7 +79,7 @@ def assemble_plan(p: Planning) -> Planning:
 
     assert p.model is not None and p.schedule is not None and p.memory is not None
     out = p.on_host(assemble(p.graph, p.model, p.options, p.schedule, p.memory,
-                             host=p.target))
+                             host=p.target, switch=p.switch))
     if p.evaluation_plan is not None:
         out = out.model_copy(update={"evaluation": p.evaluation_plan})
     if out.summary.memory is not None and BACKENDS[out.backend].arena_limited:

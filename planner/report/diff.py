@@ -112,8 +112,10 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     placement = {t: [pl_a.get(t, "kept"), pl_b.get(t, "kept")]
                  for t in sorted(pl_a.keys() | pl_b.keys()) if pl_a.get(t) != pl_b.get(t)}
     budget = [_budget_bytes(pa), _budget_bytes(pb)]
+    strategies = _strategies(sa, sb)
     different = bool(
-        summary or memory_summary or by_type or order_changed or only_a or only_b
+        strategies["switch"] or summary or memory_summary or by_type or order_changed
+        or only_a or only_b
         or any(_any(s) for s in (tensors, memory_ops, convs, edges))
         or provenance or backends[0] != backends[1] or target_changed or graph_changed
         or header)
@@ -124,12 +126,21 @@ def diff_plans(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "order_changed": len(order_changed), "only_a": only_a, "only_b": only_b,
             "tensors": tensors, "memory_ops": memory_ops, "convs": convs, "edges": edges,
             "placement": placement, "budget": budget, "options": options,
+            **strategies,
             "decisions": op_decisions(ops_a, ops_b),
             "cpus": [len(ta.get("core_of") or []), len(tb.get("core_of") or [])]}
 
 
 # Listed first among changed options: the switch that moves every other decision.
 FIRST_OPTIONS = ("schedule.strategy",)
+
+
+def _strategies(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, Any]:
+    """The two summaries' strategies, and why a budget changed either (Summary.strategy_switch)
+    where that differs (None where it does not)."""
+    switch = [sa.get("strategy_switch"), sb.get("strategy_switch")]
+    return {"strategy": [sa.get("strategy"), sb.get("strategy")],
+            "switch": switch if switch[0] != switch[1] else None}
 
 
 def option_changes(a: Any, b: Any) -> dict[str, list[Any]]:

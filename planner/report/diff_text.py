@@ -62,6 +62,11 @@ def _inputs(d: dict[str, Any]) -> list[str]:
     budget = d.get("budget") or [None, None]
     if budget[0] != budget[1]:
         lines.append(f"memory budget: {_num(budget[0])} -> {_num(budget[1])} bytes")
+    switch = d.get("switch")
+    if switch:  # a budget changed a plan's strategy: which, and why, in one line
+        x, y = d.get("strategy") or [None, None]
+        why = "; ".join(f"{side}: {w}" for side, w in zip("ab", switch, strict=True) if w)
+        lines.append(f"strategy: {x} -> {y} ({why})")
     return lines
 
 

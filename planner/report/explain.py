@@ -246,10 +246,11 @@ def counterfactual(d: Derived, tensor: str) -> Counterfactual | None:
     if not mine:
         return None
     kept = [m for k, m in enumerate(log) if k not in mine]
-    with_, _ = solve(graph, d.schedule, d.model, memory, moves=log)
-    without, _ = solve(graph, d.schedule, d.model, memory, moves=kept)
+    with_, _ = solve(graph, d.schedule, d.model, memory, moves=log, order=solved.order)
+    without, _ = solve(graph, d.schedule, d.model, memory, moves=kept, order=solved.order)
     # The decisions before it, laid out and timed as a plan would be.
-    before, _ = solve(graph, d.schedule, d.model, memory, moves=log[:mine[0]])
+    before, _ = solve(graph, d.schedule, d.model, memory, moves=log[:mine[0]],
+                      order=solved.order)
 
     def load(s) -> int:
         return int(live_profile(s.buffers)[1].max())
@@ -362,6 +363,7 @@ def explain(d: Derived, name: str | None = None) -> dict[str, Any]:
     decided = sorted(placements(d.plan.json_data))
     s = d.plan.summary
     return {"step_seconds": s.step_seconds, "strategy": s.strategy,
+            "strategy_switch": s.strategy_switch,
             "budget_bytes": d.options.memory.budget_bytes,
             "critical_ops": sorted(k for k, v in slack(d.plan).items()
                                    if v <= 1e-9 * s.step_seconds),
@@ -379,6 +381,8 @@ def format_explain(e: dict[str, Any]) -> str:
     lines = [f"plan ({e['strategy']}): step {e['step_seconds'] * 1e3:.3f} ms, "
              + (f"budget {format_bytes(budget)}" if budget else "no memory budget"),
              f"  {len(e['critical_ops'])} op(s) on the critical path"]
+    if e.get("strategy_switch"):
+        lines.insert(1, f"  strategy {e['strategy_switch']}")
     if not e["tensors"]:
         lines.append("  every tensor kept: no recompute, no offload")
     lines += [format_tensor(t) for t in e["tensors"]]

@@ -79,6 +79,9 @@ class Solved:
     end: np.ndarray
     liveness_load: int
     budget: int | None
+    # The order its ops run in, where a backend searches more than one
+    # (planner.memory.cpu_budget.ORDERS; "": the stream's).
+    order: str = ""
 
     @property
     def step_seconds(self) -> float:
