@@ -264,7 +264,9 @@ def _state(imp: Importer, spec: Any, tensors: Mapping[str, Tensor], root: str) -
             f"parameter {shown!r}: a trained {c.dtype} parameter; the planner trains real "
             f"tensors (hold it as a real parameter of shape {[*c.shape, 2]} and "
             "torch.view_as_complex it in forward)")
-    return complex_const(c, imp.fresh(f"{spec.target}.view_as_real"))
+    planes = complex_const(c, imp.fresh(f"{spec.target}.view_as_real"))
+    imp.state_names.add(planes.v.name)  # a constant of the step, as a buffer is
+    return planes
 
 
 def _const(target: str, tensors: Mapping[str, Tensor], origin: str) -> Const:
