@@ -310,3 +310,47 @@ def test_torch_compile_backend_matches_eager(make):
     assert not compare("output", out.detach().numpy(), o32, o64)
     for name, p in mine.named_parameters():
         assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+
+
+# ---- PyTorch's own OpInfos of the family -----------------------------------------------------
+
+def _fft_opinfos():
+    from tests.importers.opinfo_cases import by_name
+
+    ops = by_name()
+    return sorted(n for n in ops if (n.startswith("fft.") and "shift" not in n)
+                  or n in ("stft", "istft"))
+
+
+@pytest.mark.parametrize("name", _fft_opinfos())
+def test_fft_opinfo_samples_match_torch_as_real_planes(name):
+    """op_db's fft OpInfos (and stft) on their own first samples: a complex result, which the
+    planner does not give out (the sweep records that refusal), compared as view_as_real of
+    it, forward and gradients (opinfo_cases.check_sample)."""
+    import itertools
+    from types import SimpleNamespace
+
+    from tests.importers.opinfo_cases import _seeded, _Skip, by_name, check_sample
+
+    op = by_name()[name]
+
+    def real_out(*args, **kwargs):
+        out = op.op(*args, **kwargs)
+        return vr(out.resolve_conj()) if out.is_complex() else out
+
+    checked = 0
+    for k, sample in enumerate(itertools.islice(_seeded(op), 3)):
+        try:
+            got = check_sample(SimpleNamespace(op=real_out, supports_autograd=True), sample,
+                               seed=k)
+        except _Skip:
+            continue
+        assert got == ("pass", ""), (k, got)
+        checked += 1
+    assert checked
+
+
+def test_abs_gradient_at_zero_is_torchs():
+    """|z|'s gradient at z = 0 is 0 in torch (sgn(0)); the import's too, not 0/0."""
+    z = torch.tensor([[0.0, 0.0], [3.0, -4.0], [0.0, 0.0]])
+    assert check_call(lambda z: vc(z).abs(), z) == ("pass", "")

@@ -5,7 +5,7 @@ one more, trailing, axis of 2: its real then its imaginary part, the layout of
 `torch.view_as_real` (`Cx` wraps it, so a rule knows the trailing axis is the planes'). So
 `view_as_real` and `view_as_complex` are free, and every complex ATen op lowers to real ops
 the planner has: a product is (ac - bd, ad + bc) of Slices, Muls, Sub, Add and a Concat,
-`conj` a Mul by (1, -1), `abs` a Hypot, `angle` an Atan2, `polar` a Mul by Cos and Sin; the
+`conj` a Mul by (1, -1), `abs` a 2-norm over the planes, `angle` an Atan2, `polar` a Mul by Cos and Sin; the
 ops that only move elements (view, permute, slice, cat, pad, copy, slice_scatter, ...) are
 the real rules run on the planes with their dims kept off the trailing axis.
 
@@ -157,7 +157,8 @@ def view_as_complex(n: NodeCtx) -> Any:
     return Cx(x)
 
 
-@cx_rule("aten._conj.default", "aten.conj_physical.default", "aten.conj.default")
+@cx_rule("aten._conj.default", "aten.conj_physical.default", "aten._conj_physical.default",
+         "aten.conj.default")
 def conj(n: NodeCtx) -> Any:
     z = _arg_cx(n, 0)
     return Cx(n.emit1("Mul", [z.v, n.const([1.0, -1.0], n.dtype(z.v))]))
@@ -165,8 +166,10 @@ def conj(n: NodeCtx) -> Any:
 
 @cx_rule("aten.abs.default")
 def abs_(n: NodeCtx) -> Any:
-    re, im = _planes(n, _arg_cx(n, 0))
-    return n.emit1("Hypot", [re, im])
+    """The 2-norm over the planes: its gradient at 0 is 0, as torch's (a Hypot's is 0/0)."""
+    z = _arg_cx(n, 0)
+    rank = len(n.shape(z.v)) - 1
+    return n.emit1("ReduceNorm", [z.v], {"axes": [rank], "keepdims": False, "p": 2.0})
 
 
 @cx_rule("aten.angle.default")
