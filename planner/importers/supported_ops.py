@@ -68,8 +68,8 @@ def aten_table() -> list[str]:
 
 
 def complex_table() -> list[str]:
-    """The ATen ops with a rule for complex values (planner/importers/torch/rules_complex.py):
-    the overload and the rule."""
+    """The ATen ops with a rule for complex values (planner/importers/torch/rules_complex.py),
+    by rule (an op's row of the ATen table above is its rule for real values)."""
     from planner.importers.torch.rules_complex import CX_RULES, MAX_DFT_LENGTH
 
     lines = ["### Complex tensors and the DFT", "",
@@ -81,8 +81,11 @@ def complex_table() -> list[str]:
              f"length {MAX_DFT_LENGTH} (docs/front-end.md). A complex model input, trained",
              "parameter or model output is refused in one line (take `view_as_real` of it);",
              "a complex buffer is a constant of the step.", "",
-             "| ATen op on complex values | rule |", "| --- | --- |"]
-    return lines + [f"| {op} | {CX_RULES[op].__name__} |" for op in sorted(CX_RULES)]
+             "| rule | its ATen ops on complex values |", "| --- | --- |"]
+    by_rule: dict[str, list[str]] = {}
+    for op in sorted(CX_RULES):
+        by_rule.setdefault(CX_RULES[op].__name__, []).append(op)
+    return lines + [f"| {rule} | {', '.join(ops)} |" for rule, ops in sorted(by_rule.items())]
 
 
 def opinfo_section(path: Path = OPINFO_EXPECTATIONS) -> list[str]:

@@ -338,6 +338,8 @@ def _wrapped(v: Any) -> Any:
 def _lifted(n: NodeCtx, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The real rule of n's op on the planes: arguments as given (dims already kept off the
     trailing axis), the result's shape torch's and a trailing 2."""
+    if n.op not in RULES:
+        raise Unsupported(f"{n.op} (on complex tensors)")
     shape = None if n.out_shape is None else (*n.out_shape, 2)
     ctx = NodeCtx(n.imp, n.label, n.op, _plain(args), _plain(kwargs), shape, n._dropouts,
                   _real_of(n), n.node, n.module, n._values)
@@ -362,9 +364,8 @@ _DIMS: dict[str, tuple[int, str, int]] = {
     "aten.cat.default": (1, "dim", 0), "aten.flip.default": (1, "dims", 0),
     "aten.roll.default": (2, "dims", 0), "aten.sum.dim_IntList": (1, "dim", 0),
     "aten.mean.dim": (1, "dim", 0), "aten.slice_scatter.default": (2, "dim", 0),
-    "aten.select_scatter.default": (2, "dim", 0), "aten.index_select.default": (1, "dim", 0),
-    "aten.narrow.default": (1, "dim", 0), "aten.split_with_sizes.default": (2, "dim", 0),
-    "aten.split.Tensor": (2, "dim", 0), "aten.unbind.int": (1, "dim", 0),
+    "aten.index_select.default": (1, "dim", 0),
+    "aten.split_with_sizes.default": (2, "dim", 0), "aten.split.Tensor": (2, "dim", 0),
     "aten.stack.default": (1, "dim", 1), "aten.transpose.int": (1, "dim0", 0),
 }
 _RESHAPES = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
@@ -401,7 +402,7 @@ def with_dims(n: NodeCtx) -> Any:
     real = _real_of(n)
     if n.op in ("aten.cat.default", "aten.stack.default"):
         args[0] = [_promote(n, v, real) for v in args[0]]
-    if n.op in ("aten.slice_scatter.default", "aten.select_scatter.default"):
+    if n.op == "aten.slice_scatter.default":
         args[1] = _promote(n, n.arg(1, "src"), real)
 
     def fix(d: Any) -> Any:
