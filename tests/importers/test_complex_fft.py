@@ -70,6 +70,12 @@ CASES = {
                                          + vc(z).mean(1).repeat(1, 2)), Z),
     "pad_slice_permute": (lambda z: vr(F.pad(vc(z), (1, 2))[1:, ::2].permute(2, 0, 1)), Z),
     "stack_unbind": (lambda z: vr(torch.stack(vc(z).unbind(1)[::3], dim=-1)), Z),
+    # a complex constant made in forward from constants alone: torch folds it at import
+    "folded_polar_constant": (lambda z: vr(vc(z) * torch.polar(torch.ones(6),
+                                                               torch.arange(6.0))), Z),
+    "stft_magnitude": (lambda x: torch.stft(x, n_fft=8, hop_length=2,
+                                            window=torch.hann_window(8),
+                                            return_complex=True).abs(), _real(2, 40)),
 }
 
 
@@ -166,6 +172,11 @@ def test_too_long_a_transform_is_refused_in_one_line():
     message = _refusal(_Fn(lambda m, x: torch.fft.rfft(x).abs()),
                        torch.randn(2, MAX_DFT_LENGTH + 1))
     assert "_fft_r2c" in message and str(MAX_DFT_LENGTH + 1) in message
+
+
+def test_a_complex_op_without_a_rule_is_refused_in_one_line():
+    message = _refusal(_Fn(lambda m, z: vr(torch.log(vc(z)))), Z)
+    assert "aten.log.default (on complex tensors)" in message
 
 
 def test_a_complex_buffer_is_a_constant_of_the_step():
@@ -354,3 +365,32 @@ def test_abs_gradient_at_zero_is_torchs():
     """|z|'s gradient at z = 0 is 0 in torch (sgn(0)); the import's too, not 0/0."""
     z = torch.tensor([[0.0, 0.0], [3.0, -4.0], [0.0, 0.0]])
     assert check_call(lambda z: vc(z).abs(), z) == ("pass", "")
+
+
+def test_a_saved_program_of_complex_ops_loads_through_the_pt2_reader(tmp_path):
+    """The .pt2 reader takes the complex rules' ops (its operator allow-list,
+    planner/importers/torch/targets.py) and complex dtypes (a complex buffer's payload): a
+    saved rotary embedding and FNet mixing load and compute as torch."""
+    from planner.graph.interpret import run
+    from planner.importers.pt2.archive import read_archive
+    from planner.importers.pt2.retrace import retrace
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("angles", torch.randn(6, 4))
+            self.register_buffer("k", torch.randn(8, dtype=torch.cfloat))  # a complex payload
+
+        def forward(self, x):  # x [B, 6, 8]
+            turned = _rotary(x[:, :, None], torch.polar(torch.ones_like(self.angles),
+                                                        self.angles))[:, :, 0]
+            return (torch.fft.fft(torch.fft.fft(turned, dim=-1), dim=-2) * self.k).real
+
+    m, x = Both(), _real(2, 6, 8)
+    path = tmp_path / "both.pt2"
+    torch.export.save(torch.export.export(m, (x,)), path)
+    imported = convert(retrace(read_archive(path), "both.pt2"))
+    (out,) = imported.graph.outputs
+    got = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())[out]
+    want = m.double()(x.double()).numpy()
+    assert np.max(np.abs(got - want)) <= 64 * 8 * EPS32 * np.max(np.abs(want))
