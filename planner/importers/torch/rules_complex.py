@@ -31,6 +31,7 @@ trained parameter or an output, the conventions differ, and the front end refuse
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -482,10 +483,14 @@ def dft_matrix(kind: str, length: int, out: int, sign: int, scale: float) -> np.
     return m
 
 
+# Each import's DFT matrices, by (kind, length, out, sign, norm, dtype): gone with the import.
+_MATRICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _matrix(n: NodeCtx, kind: str, length: int, out: int, sign: int, norm: int,
             dtype: str) -> Const:
     """One constant per distinct matrix of the import (FNet's layers share theirs)."""
-    cache = n.imp.__dict__.setdefault("dft_matrices", {})
+    cache = _MATRICES.setdefault(n.imp, {})
     key = (kind, length, out, sign, norm, dtype)
     if key not in cache:
         value = dft_matrix(kind, length, out, sign, _scale(norm, length)).astype(dtype)
