@@ -80,7 +80,8 @@ def complex_table() -> list[str]:
              "matrix product with constant cosine/sine matrices per transformed dim, up to",
              f"length {MAX_DFT_LENGTH} (docs/front-end.md). A complex model input, trained",
              "parameter or model output is refused in one line (take `view_as_real` of it);",
-             "a complex buffer is a constant of the step.", "",
+             "a complex buffer is a constant of the step (under torch.compile, an input fed",
+             "as its planes).", "",
              "| rule | its ATen ops on complex values |", "| --- | --- |"]
     by_rule: dict[str, list[str]] = {}
     for op in sorted(CX_RULES):

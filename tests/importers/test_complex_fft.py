@@ -307,9 +307,12 @@ def _eager_grads(model, x, dtype):
     return out.detach().numpy(), {k: p.grad.numpy() for k, p in m.named_parameters()}
 
 
-@pytest.mark.parametrize("make", [FNetBlock, lambda: RotaryAttention(polar=True)],
-                         ids=["fnet", "rotary_polar"])
+@pytest.mark.parametrize("make", [FNetBlock, RotaryAttention,
+                                  lambda: RotaryAttention(polar=True)],
+                         ids=["fnet", "rotary", "rotary_polar"])
 def test_torch_compile_backend_matches_eager(make):
+    """Dynamo passes a module's buffers as graph inputs: the complex freqs_cis is fed as its
+    planes (fallback off: a refusal would raise)."""
     torch.manual_seed(0)
     model = make()
     x = _batches(seed=4, n=1)[0][0]
@@ -394,3 +397,19 @@ def test_a_saved_program_of_complex_ops_loads_through_the_pt2_reader(tmp_path):
     got = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())[out]
     want = m.double()(x.double()).numpy()
     assert np.max(np.abs(got - want)) <= 64 * 8 * EPS32 * np.max(np.abs(want))
+
+
+def test_torch_compile_refuses_a_trained_complex_parameter_in_one_line():
+    from planner.importers.torch.context import TorchImportError as Refused
+
+    class Spectral(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, dtype=torch.cfloat))
+
+        def forward(self, x):
+            return torch.fft.irfft(torch.fft.rfft(x) * self.w, n=6)
+
+    with pytest.raises(Refused) as e:
+        torch.compile(Spectral(), backend="planner", options={"fallback": False})(_real(2, 6))
+    assert "complex tensor that requires grad" in str(e.value) and "\n" not in str(e.value)

@@ -188,12 +188,16 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
             op._dispatch_cache.clear()
 
 
-def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
+def convert(program: Any, name: str = "torch", module_root: str = "",
+            complex_inputs: bool = False) -> TorchImport:
     """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
     planner/importers/torch/record.py) or a record already made (a .pt2 file's,
     planner/importers/pt2/retrace.py). Raises TorchImportError, naming the node, its ATen op and its
     module path (from the node's nn_module_stack), less `module_root`: the path of the user's module
-    inside the exported one (the trainer's wrapper holds it as `model`)."""
+    inside the exported one (the trainer's wrapper holds it as `model`). `complex_inputs`: a
+    complex user input becomes a real input of its planes (rules_complex.py), which the caller
+    feeds as torch.view_as_real of the tensor and never differentiates (torch.compile's pieces
+    take a module's buffers as inputs); otherwise it is refused."""
     if not isinstance(program, Program):
         detach_grad_off(program)  # before the decomposition inlines no_grad regions
         try:
@@ -215,18 +219,7 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
     for spec in program.inputs:
         metas[spec.name] = spec.value
         if spec.kind == "user_input":
-            if spec.value is None:
-                raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
-            if spec.value.dtype in COMPLEX_DTYPES:
-                raise TorchImportError(
-                    f"input {spec.name!r}: a {spec.value.dtype} tensor; the planner takes "
-                    "complex values only inside the model (pass torch.view_as_real(x) and "
-                    "view_as_complex it in forward)")
-            if spec.value.dtype not in DTYPE_BYTES:  # uint16, float8, ...
-                raise TorchImportError(
-                    f"input {spec.name!r}: a {spec.value.dtype} tensor; the planner's tensors "
-                    f"are {', '.join(DTYPE_BYTES)} (give the input in one of these)")
-            env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
+            env[spec.name] = _user_input(imp, spec, complex_inputs)
             inputs.append(spec.name)
         else:
             env[spec.name] = _state(imp, spec, program.tensors, module_root)
@@ -247,6 +240,25 @@ def _meta(call: Call) -> tuple[tuple[int, ...], str]:
     if not isinstance(call.out, Value):
         raise TorchImportError(f"node {call.name!r}: no tensor metadata")
     return call.out.shape, call.out.dtype
+
+
+def _user_input(imp: Importer, spec: Any, complex_inputs: bool) -> Any:
+    """A user input's graph input: a complex one as its planes where the caller feeds those
+    (convert's `complex_inputs`), else refused, as a dtype the planner lacks is."""
+    if spec.value is None:
+        raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+    dtype = spec.value.dtype
+    if dtype in COMPLEX_DTYPES and complex_inputs:
+        return Cx(imp.builder.input(spec.name, (*spec.value.shape, 2), COMPLEX_DTYPES[dtype]))
+    if dtype in COMPLEX_DTYPES:
+        raise TorchImportError(
+            f"input {spec.name!r}: a {dtype} tensor; the planner takes complex values only "
+            "inside the model (pass torch.view_as_real(x) and view_as_complex it in forward)")
+    if dtype not in DTYPE_BYTES:  # uint16, float8, ...
+        raise TorchImportError(
+            f"input {spec.name!r}: a {dtype} tensor; the planner's tensors are "
+            f"{', '.join(DTYPE_BYTES)} (give the input in one of these)")
+    return imp.builder.input(spec.name, spec.value.shape, dtype)
 
 
 def _state(imp: Importer, spec: Any, tensors: Mapping[str, Tensor], root: str) -> Any:
