@@ -413,3 +413,15 @@ def test_torch_compile_refuses_a_trained_complex_parameter_in_one_line():
     with pytest.raises(Refused) as e:
         torch.compile(Spectral(), backend="planner", options={"fallback": False})(_real(2, 6))
     assert "complex tensor that requires grad" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fno_spectral_convolution_matches_torch():
+    """FNO's spectral convolution: rfft2, the low modes times complex weights (held as a real
+    parameter and view_as_complex'd) written into a zero spectrum, irfft2 back to the grid."""
+    def spectral(x, w):
+        ft = torch.fft.rfft2(x)
+        out = torch.zeros(x.shape[0], 3, x.shape[-2], x.shape[-1] // 2 + 1, dtype=torch.cfloat)
+        out[:, :, :4, :4] = torch.einsum("bixy,ioxy->boxy", ft[:, :, :4, :4], vc(w))
+        return torch.fft.irfft2(out, s=(x.shape[-2], x.shape[-1]))
+
+    assert check_call(spectral, _real(2, 3, 8, 8), _real(3, 3, 4, 4, 2, seed=5)) == ("pass", "")
