@@ -67,6 +67,28 @@ def aten_table() -> list[str]:
                     for op in sorted(RULES)]
 
 
+def complex_table() -> list[str]:
+    """The ATen ops with a rule for complex values (planner/importers/torch/rules_complex.py),
+    by rule (an op's row of the ATen table above is its rule for real values)."""
+    from planner.importers.torch.rules_complex import CX_RULES, MAX_DFT_LENGTH
+
+    lines = ["### Complex tensors and the DFT", "",
+             "A complex64 (complex128) value inside the program is a float32 (float64) tensor",
+             "of one more, trailing, axis of 2 (`view_as_real`'s layout), and each op below",
+             "lowers to real planner ops; the DFT family (`torch.fft.fft`, `ifft`, `rfft`,",
+             "`irfft`, `hfft`, `ihfft` and their 2-D and n-D forms, every `norm`, `n`/`s`) is a",
+             "matrix product with constant cosine/sine matrices per transformed dim, up to",
+             f"length {MAX_DFT_LENGTH} (docs/front-end.md). A complex model input, trained",
+             "parameter or model output is refused in one line (take `view_as_real` of it);",
+             "a complex buffer is a constant of the step (under torch.compile, an input fed",
+             "as its planes).", "",
+             "| rule | its ATen ops on complex values |", "| --- | --- |"]
+    by_rule: dict[str, list[str]] = {}
+    for op in sorted(CX_RULES):
+        by_rule.setdefault(CX_RULES[op].__name__, []).append(op)
+    return lines + [f"| {rule} | {', '.join(ops)} |" for rule, ops in sorted(by_rule.items())]
+
+
 def opinfo_section(path: Path = OPINFO_EXPECTATIONS) -> list[str]:
     """Pass counts per family of the OpInfo conformance suite, from its expectations file
     (OpInfo name -> [family, outcome]); [] without the file."""
@@ -129,6 +151,7 @@ def supported_ops_page() -> str:
              "(`log1p`, `atan2`, `remainder`, ...) are planner/ops/pointwise_table.py's.",
              ""]
     lines += aten_table()
+    lines += ["", *complex_table()]
     lines += ["", "## ONNX", "",
               "*planner ops*: the node becomes one or more planner ops; *folded*: evaluated at",
               "import when its inputs are constants (shape arithmetic), and refused otherwise",

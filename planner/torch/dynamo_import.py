@@ -66,7 +66,8 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     record = replace(record, outputs=tuple(
         Output("user_output", o.name) if o.kind == "user_input_mutation" else o
         for o in record.outputs))
-    imported = convert(record, name=name)
+    _complex_not_trained(args, tensor_at)
+    imported = convert(record, name=name, complex_inputs=True)
     returned = imported.outputs
     # A held tensor's new value (buffer_mutation) is the planner's in-place update, no output.
     given = [o for o in record.outputs if o.kind == "user_output"]
@@ -166,6 +167,16 @@ def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
         return SymbolicTrace(_decomposed(program))
     except Exception:  # noqa: BLE001 - each size traced as it is then
         return None
+
+
+def _complex_not_trained(args: Sequence[Any], tensor_at: Sequence[int]) -> None:
+    """A complex argument (a module's complex buffer) is fed as its planes and never
+    differentiated: one that requires grad (a complex nn.Parameter) is refused in one line."""
+    for k in tensor_at:
+        if args[k].is_complex() and args[k].requires_grad:
+            raise TorchImportError(f"argument {k}: a complex tensor that requires grad; the "
+                                   "planner differentiates real tensors only (pass "
+                                   "torch.view_as_real of it and view_as_complex it inside)")
 
 
 def check_custom_backwards(gm: Any) -> None:

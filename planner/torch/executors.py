@@ -106,7 +106,7 @@ class _Feeds:
         return feeds
 
     def examples(self, args: Sequence[Any]) -> dict[str, np.ndarray]:
-        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
+        feeds = {n: _in_place(a).cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
                  if n}
         if self.draws:
             feeds[RNG_STEP] = np.array(0, dtype=np.int64)
@@ -115,9 +115,15 @@ class _Feeds:
 
 def _in_place(t: Any) -> Any:
     """The tensor as the executor reads it in place: no autograd (DLPack refuses a tensor that
-    requires grad), contiguous (a copy only when it is not)."""
+    requires grad), contiguous (a copy only when it is not), a complex one as its planes
+    (torch.view_as_real: the graph's input, planner/importers/torch/rules_complex.py)."""
     t = t.detach()
-    return t if t.is_contiguous() else t.contiguous()
+    t = t if t.is_contiguous() else t.contiguous()
+    if t.is_complex():
+        import torch
+
+        return torch.view_as_real(t)
+    return t
 
 
 def as_torch(value: Any) -> Any:

@@ -31,9 +31,11 @@ from planner.importers.torch.ref import Ref
 
 SCHEMA_MAJOR = 8  # torch.export's serialized program schema (torch 2.13 writes 8.20)
 
-# schema.ScalarType -> dtype name (numpy's, with ml_dtypes' bfloat16)
+# schema.ScalarType -> dtype name (numpy's, with ml_dtypes' bfloat16); complex values exist
+# inside programs only (planner/importers/torch/rules_complex.py)
 SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16",
-                7: "float32", 8: "float64", 12: "bool", 13: "bfloat16"}
+                7: "float32", 8: "float64", 10: "complex64", 11: "complex128", 12: "bool",
+                13: "bfloat16"}
 LAYOUT_STRIDED = 7
 MEMORY_FORMATS = {1: "contiguous_format", 2: "channels_last", 3: "channels_last_3d",
                   4: "preserve_format"}

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 import planner.importers.torch.rules  # noqa: F401  (registering the rules)
+import planner.importers.torch.rules_complex  # noqa: F401  (complex values: rules_complex.py)
 import planner.importers.torch.rules_index  # noqa: F401
 import planner.importers.torch.rules_linalg  # noqa: F401
 import planner.importers.torch.rules_margin  # noqa: F401  (the margin losses; MARGIN_PRESERVED below)
@@ -100,6 +101,12 @@ from planner.importers.torch.record import (
     from_exported,
     from_numpy,
     to_numpy,
+)
+from planner.importers.torch.rules_complex import (
+    COMPLEX_DTYPES,
+    Cx,
+    complex_const,
+    convert_complex,
 )
 from planner.importers.torch.rules_index import INDEX_PRESERVED
 from planner.importers.torch.rules_losses import LOSS_PRESERVED
@@ -182,12 +189,16 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
             op._dispatch_cache.clear()
 
 
-def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchImport:
+def convert(program: Any, name: str = "torch", module_root: str = "",
+            complex_inputs: bool = False) -> TorchImport:
     """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
     planner/importers/torch/record.py) or a record already made (a .pt2 file's,
     planner/importers/pt2/retrace.py). Raises TorchImportError, naming the node, its ATen op and its
     module path (from the node's nn_module_stack), less `module_root`: the path of the user's module
-    inside the exported one (the trainer's wrapper holds it as `model`)."""
+    inside the exported one (the trainer's wrapper holds it as `model`). `complex_inputs`: a
+    complex user input becomes a real input of its planes (rules_complex.py), which the caller
+    feeds as torch.view_as_real of the tensor and never differentiates (torch.compile's pieces
+    take a module's buffers as inputs); otherwise it is refused."""
     if not isinstance(program, Program):
         detach_grad_off(program)  # before the decomposition inlines no_grad regions
         try:
@@ -209,18 +220,10 @@ def convert(program: Any, name: str = "torch", module_root: str = "") -> TorchIm
     for spec in program.inputs:
         metas[spec.name] = spec.value
         if spec.kind == "user_input":
-            if spec.value is None:
-                raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
-            if spec.value.dtype not in DTYPE_BYTES:  # complex, uint16, float8, ...
-                raise TorchImportError(
-                    f"input {spec.name!r}: a {spec.value.dtype} tensor; the planner's tensors "
-                    f"are {', '.join(DTYPE_BYTES)} (give the input in one of these)")
-            env[spec.name] = imp.builder.input(spec.name, spec.value.shape, spec.value.dtype)
+            env[spec.name] = _user_input(imp, spec, complex_inputs)
             inputs.append(spec.name)
         else:
-            env[spec.name] = _const(spec.target, program.tensors,
-                                    "constant" if spec.kind == "tensor_constant" else
-                                    "initializer")
+            env[spec.name] = _state(imp, spec, program.tensors, module_root)
     counters = _counters(program)
     _convert_nodes(imp, program.calls, env, metas,
                    skip={c for calls, _ in counters.values() for c in calls})
@@ -238,6 +241,45 @@ def _meta(call: Call) -> tuple[tuple[int, ...], str]:
     if not isinstance(call.out, Value):
         raise TorchImportError(f"node {call.name!r}: no tensor metadata")
     return call.out.shape, call.out.dtype
+
+
+def _user_input(imp: Importer, spec: Any, complex_inputs: bool) -> Any:
+    """A user input's graph input: a complex one as its planes where the caller feeds those
+    (convert's `complex_inputs`), else refused, as a dtype the planner lacks is."""
+    if spec.value is None:
+        raise TorchImportError(f"input {spec.name!r}: no tensor metadata")
+    dtype = spec.value.dtype
+    if dtype in COMPLEX_DTYPES and complex_inputs:
+        return Cx(imp.builder.input(spec.name, (*spec.value.shape, 2), COMPLEX_DTYPES[dtype]))
+    if dtype in COMPLEX_DTYPES:
+        raise TorchImportError(
+            f"input {spec.name!r}: a {dtype} tensor; the planner takes complex values only "
+            "inside the model (pass torch.view_as_real(x) and view_as_complex it in forward)")
+    if dtype not in DTYPE_BYTES:  # uint16, float8, ...
+        raise TorchImportError(
+            f"input {spec.name!r}: a {dtype} tensor; the planner's tensors are "
+            f"{', '.join(DTYPE_BYTES)} (give the input in one of these)")
+    return imp.builder.input(spec.name, spec.value.shape, dtype)
+
+
+def _state(imp: Importer, spec: Any, tensors: Mapping[str, Tensor], root: str) -> Any:
+    """A parameter, buffer or lifted constant; a complex one (a rotary embedding's
+    `freqs_cis`) as the planes of a constant (planner/importers/torch/rules_complex.py), under
+    a name of its own (the module keeps its complex tensor); a trained complex parameter is
+    refused: its gradient convention (PyTorch's conjugate Wirtinger) is not a real one."""
+    c = _const(spec.target, tensors,
+               "constant" if spec.kind == "tensor_constant" else "initializer")
+    if c.dtype not in COMPLEX_DTYPES:
+        return c
+    shown = spec.target.removeprefix(f"{root}." if root else "")
+    if spec.kind == "parameter" and getattr(spec, "trainable", True):
+        raise TorchImportError(
+            f"parameter {shown!r}: a trained {c.dtype} parameter; the planner trains real "
+            f"tensors (hold it as a real parameter of shape {[*c.shape, 2]} and "
+            "torch.view_as_complex it in forward)")
+    planes = complex_const(c, imp.fresh(f"{spec.target}.view_as_real"))
+    imp.state_names.add(planes.v.name)  # a constant of the step, as a buffer is
+    return planes
 
 
 def _const(target: str, tensors: Mapping[str, Tensor], origin: str) -> Const:
@@ -303,6 +345,11 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                 value = env[call.args[0].name][call.args[1]]
             elif _foldable(call, env):
                 value = _fold(imp, call, env)
+            elif _complex(call, env):
+                shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
+                value = convert_complex(NodeCtx(
+                    imp, call.name, op, _args(call.args, env), _args(dict(call.kwargs), env),
+                    shape, dropouts, dtype, call, call.place or call.module, metas))
             else:
                 if op not in RULES:
                     raise Unsupported(op)
@@ -331,6 +378,13 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
         raise first_error
 
 
+def _complex(call: Call, env: Mapping[str, Any]) -> bool:
+    """Does the call read or give a complex value?"""
+    outs = call.out if isinstance(call.out, tuple) else (call.out,)
+    return any(isinstance(v, Value) and v.dtype in COMPLEX_DTYPES for v in outs) or \
+        any(isinstance(env.get(r), Cx) for r in call.reads())
+
+
 def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     """Is the call a computation on constants alone (a causal mask built in forward from
     arange, tril, comparisons), which torch itself evaluates now? Not on float parameters or
@@ -340,7 +394,7 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     output past FOLD_OUTPUT_LIMIT elements, as declared and as the operands make it."""
     import torch
 
-    reads = [env.get(r) for r in call.reads()]
+    reads = [v.v if isinstance(v, Cx) else v for v in (env.get(r) for r in call.reads())]
     if not all(isinstance(v, Const) and v.foldable for v in reads):
         return False
     op = resolve(call.target)
@@ -355,6 +409,10 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
     def meta(v: Any) -> Any:
         if isinstance(v, Ref):
             c = env[v.name]
+            if isinstance(c, Cx):
+                return torch.empty(c.v.shape[:-1], device="meta",
+                                   dtype=torch.complex64 if c.v.dtype == "float32" else
+                                   torch.complex128)
             return torch.empty(c.shape, dtype=getattr(torch, c.dtype), device="meta")
         if isinstance(v, (tuple, list)):
             return type(v)(meta(i) for i in v)
@@ -368,6 +426,8 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
     import torch
 
     def tensor(v: Any) -> Any:
+        if isinstance(v, Ref) and isinstance(env[v.name], Cx):  # planes: complex again
+            return torch.view_as_complex(from_numpy(np.array(env[v.name].v.value(), order="C")))
         if isinstance(v, Ref):
             # np.array, not np.ascontiguousarray, which makes a 0-d value 1-d; bfloat16
             # through its bits (torch.from_numpy takes no ml_dtypes array)
@@ -376,9 +436,12 @@ def _fold(imp: Importer, call: Call, env: Mapping[str, Any]) -> Const | tuple[Co
             return type(v)(tensor(i) for i in v)
         return v
 
-    def const(t: Any) -> Const:
+    def const(t: Any) -> Const | Cx:
         if not isinstance(t, torch.Tensor):
             raise Unsupported(f"{call.target} (of constants, giving {type(t).__name__})")
+        if t.is_complex():
+            return Cx(Const.of(imp.fresh(call.name), to_numpy(torch.view_as_real(t)),
+                               origin="constant"))
         return Const.of(imp.fresh(call.name), to_numpy(t), origin="constant")
 
     try:  # the file's values the kernel would trust, checked first
@@ -405,6 +468,13 @@ KERNEL_SHAPE = frozenset({"aten.multilabel_margin_loss.default",
 def _check(imp: Importer, call: Call, value: Any) -> None:
     """The planner's shape for a tensor result is the one torch traced (or, for KERNEL_SHAPE
     ops, holds as many elements)."""
+    if isinstance(value, Cx) and isinstance(call.out, Value):
+        want = (*call.out.shape, 2)
+        got = imp.type_of(value.v, call.name).shape
+        if got != want:
+            raise TorchImportError(f"node {call.name!r} ({call.target}): planner shape "
+                                   f"{list(got)} (a complex value's planes), torch's "
+                                   f"{list(want)}")
     if isinstance(value, (str, Const)) and isinstance(call.out, Value):
         want = call.out.shape
         got = imp.type_of(value, call.name).shape
@@ -428,6 +498,10 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
             value = env.get(spec.name)
             if isinstance(value, _Unavailable) and value.why:
                 raise TorchImportError(f"output {spec.name!r}: {value.why}")
+            if isinstance(value, Cx):
+                raise TorchImportError(f"output {spec.name!r}: a complex tensor; the planner's "
+                                       "outputs are real (return torch.view_as_real of it, "
+                                       "or its .real / .abs())")
             if not isinstance(value, (str, Const)):
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")

@@ -60,6 +60,13 @@ FACTORIES = frozenset({
     "aten.ones_like.default", "aten.eye.default", "aten.eye.m", "aten.linspace.default",
     "aten.tril_indices.default", "aten.triu_indices.default",
 })
+# Complex values made of constants (Llama's freqs_cis built in forward): element-wise or
+# whole-tensor kernels that read no value as an address.
+COMPLEX = frozenset({
+    "aten.polar.default", "aten.complex.default", "aten.view_as_real.default",
+    "aten.view_as_complex.default", "aten._conj.default", "aten.resolve_conj.default",
+    "aten._fft_r2c.default", "aten._fft_c2c.default", "aten._fft_c2r.default",
+})
 # operator -> (argument position and name of the indexed tensor, of the indices, of the dim
 # (None: the first), whether the index may be negative)
 GATHERS: dict[str, tuple[tuple[int, str], tuple[int, str], tuple[int, str] | None, bool]] = {
@@ -81,7 +88,7 @@ class FoldRefused(ValueError):
 def allowed_to_fold(target: str) -> bool:
     """Whether a constant-only call of `target` may be evaluated with torch (see above)."""
     return target in VIEWS or target in FACTORIES or target in GATHERS or \
-        _tagged(target)
+        target in COMPLEX or _tagged(target)
 
 
 @functools.cache

@@ -2,7 +2,8 @@
 objects by a registry lookup (never by importing or evaluating a path from the file).
 
 A target `aten.<op>.<overload>` is allowed when torch's dispatcher registers that operator and
-it is one the importer converts (a rule of planner/torch/rules*.py), a core-ATen operator
+it is one the importer converts (a rule of planner/torch/rules*.py, of real or of complex
+values: rules_complex.py), a core-ATen operator
 (which the importer converts or, on constants alone, evaluates: a mask from `aten.arange`),
 or one torch's decomposition turns into others: an operator with a CompositeImplicitAutograd
 kernel (written in other ATen ops: `aten.linear`, `aten.conv2d`, `aten.batch_norm`,
@@ -24,6 +25,7 @@ import functools
 from typing import Any
 
 from planner.importers.torch.context import RULES
+from planner.importers.torch.rules_complex import CX_RULES
 
 
 @functools.cache
@@ -59,7 +61,7 @@ def allowed(target: str) -> bool:
     qualified = _qualified(target)
     if qualified is None or qualified not in _registry():
         return False
-    if target in RULES or target in CONSTANT_FACTORIES:
+    if target in RULES or target in CX_RULES or target in CONSTANT_FACTORIES:
         return True
     if target.startswith("prims."):
         return False

@@ -1,0 +1,590 @@
+"""Complex tensors inside a graph, lowered to real ones, and the DFT family as matrix products.
+
+A complex64 (complex128) value inside a program becomes a float32 (float64) planner tensor of
+one more, trailing, axis of 2: its real then its imaginary part, the layout of
+`torch.view_as_real` (`Cx` wraps it, so a rule knows the trailing axis is the planes'). So
+`view_as_real` and `view_as_complex` are free, and every complex ATen op lowers to real ops
+the planner has: a product is (ac - bd, ad + bc) of Slices, Muls, Sub, Add and a Concat,
+`conj` a Mul by (1, -1), `abs` a 2-norm over the planes, `angle` an Atan2, `polar` a Mul by Cos and Sin; the
+ops that only move elements (view, permute, slice, cat, pad, copy, slice_scatter, ...) are
+the real rules run on the planes with their dims kept off the trailing axis.
+
+The DFT (`aten._fft_r2c`, `_fft_c2c`, `_fft_c2r`, which torch.fft's fft, ifft, rfft, irfft,
+fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their `n`/`s`
+crops and zero pads) is, per transformed dim, a MatMul with a constant matrix of cosines and
+sines on that dim moved innermost: [n, 2m] from a real signal, [2n, 2m] from a complex one
+(rows: each input's real, then imaginary part; columns: each output's), [2m, n] to a real
+one (a one-sided spectrum's Hermitian half counted twice, the imaginary parts of its zero and
+Nyquist frequencies ignored, as pocketfft's c2r does). Normalisation (`norm` "backward",
+"ortho", "forward") scales each dim's matrix by 1, 1/sqrt(n) or 1/n of that dim's signal
+length. The dense DFT costs O(n^2) per dim (what TPU implementations of FNet do for short
+sequences); a transformed length past MAX_DFT_LENGTH is refused in one line.
+
+Everything is real ops of the op table, so both executors, the reference interpreter and
+autodiff need nothing new, and gradients are the real ops' own: for a program whose inputs,
+parameters and outputs are real, the derivative of a real function, which is what PyTorch's
+complex autograd (conjugate Wirtinger) gives there too. Where a complex tensor is an input, a
+trained parameter or an output, the conventions differ, and the front end refuses it
+(planner/importers/torch/convert.py).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.importers.kit import Const, Rules, Unsupported
+from planner.importers.torch.context import RULES, NodeCtx, _Unavailable
+
+# A complex dtype -> the real dtype of its planes.
+COMPLEX_DTYPES = {"complex64": "float32", "complex128": "float64"}
+# The longest transformed dim: the DFT matrix from a complex signal of this length is
+# [2n, 2n] float32, 64 MiB, and each row of the transform costs 4 n^2 multiply-adds.
+MAX_DFT_LENGTH = 2048
+
+
+@dataclass(frozen=True)
+class Cx:
+    """A complex value: `v` holds it as planes, a real tensor of its shape and a trailing 2."""
+
+    v: str | Const
+
+
+CX_RULES = Rules("ATen complex")
+cx_rule = CX_RULES.rule
+
+
+def reads_complex(args: Any) -> bool:
+    if isinstance(args, Cx):
+        return True
+    if isinstance(args, (tuple, list)):
+        return any(reads_complex(a) for a in args)
+    if isinstance(args, dict):
+        return any(reads_complex(a) for a in args.values())
+    return False
+
+
+def convert_complex(n: NodeCtx) -> Any:
+    """The node `n` reading or giving a complex value, by its rule of CX_RULES."""
+    fn = CX_RULES.get(n.op)
+    if fn is None:
+        raise Unsupported(f"{n.op} (on complex tensors)")
+    return fn(n)
+
+
+def complex_const(c: Const, name: str) -> Cx:
+    """A complex Const (a buffer, a lifted constant) as planes under `name`."""
+    real = COMPLEX_DTYPES[c.dtype]
+    return Cx(Const(name, (*c.shape, 2), real, c.origin,
+                    lambda: np.ascontiguousarray(c.value()).view(real).reshape(*c.shape, 2)))
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+def _planes(n: NodeCtx, z: Cx) -> tuple[str, str]:
+    """The real and imaginary parts of z, each of z's shape."""
+    shape = n.shape(z.v)
+    rank = len(shape) - 1
+    parts = n.emit("Split", [z.v], {"axis": rank, "sizes": [1, 1]}, n_out=2)
+    return tuple(n.emit1("Reshape", [p], {"shape": list(shape[:-1])})  # type: ignore[return-value]
+                 for p in parts)
+
+
+def _joined(n: NodeCtx, re: Any, im: Any) -> Cx:
+    """The complex value of real part re and imaginary part im (one shape)."""
+    shape = list(n.shape(re))
+    re, im = (n.emit1("Reshape", [p], {"shape": [*shape, 1]}) for p in (re, im))
+    return Cx(n.emit1("Concat", [re, im], {"axis": len(shape)}))
+
+
+def _promote(n: NodeCtx, v: Any, real: str) -> Cx:
+    """A real tensor (or number) as a complex value of imaginary part 0."""
+    if isinstance(v, Cx):
+        return v
+    if isinstance(v, complex):
+        return Cx(n.const([v.real, v.imag], real))
+    if isinstance(v, (int, float)):
+        return Cx(n.const([float(v), 0.0], real))
+    if n.dtype(v) != real:
+        v = n.emit1("Cast", [v], {"to": real})
+    shape = list(n.shape(v))
+    column = n.emit1("Reshape", [v], {"shape": [*shape, 1]})
+    return Cx(n.emit1("Pad", [column], {"pads": [0] * (2 * len(shape) + 1) + [1],
+                                        "mode": "constant", "value": 0.0}))
+
+
+def _real_of(n: NodeCtx) -> str:
+    dtype = n.out_dtype or ""
+    if dtype in COMPLEX_DTYPES:
+        return COMPLEX_DTYPES[dtype]
+    for a in n.args:
+        if isinstance(a, Cx):
+            return n.dtype(a.v)
+    return "float32"
+
+
+def _moved(n: NodeCtx, v: Any, src: int, dst: int) -> Any:
+    """v with axis src moved to dst (a Transpose, none when they are one)."""
+    rank = len(n.shape(v))
+    if src == dst:
+        return v
+    perm = [a for a in range(rank) if a != src]
+    perm.insert(dst, src)
+    return n.emit1("Transpose", [v], {"perm": perm})
+
+
+# ---- views between the two -------------------------------------------------------------------
+
+@cx_rule("aten.view_as_real.default", "aten.view_as_real_copy.default")
+def view_as_real(n: NodeCtx) -> Any:
+    z = n.arg(0, "self")
+    if not isinstance(z, Cx):
+        raise n.fail("view_as_real of a real tensor")
+    return z.v
+
+
+@cx_rule("aten.view_as_complex.default", "aten.view_as_complex_copy.default")
+def view_as_complex(n: NodeCtx) -> Any:
+    x = n.tensor(0)
+    shape, dtype = n.shape(x), n.dtype(x)
+    if not shape or shape[-1] != 2 or dtype not in COMPLEX_DTYPES.values():
+        raise n.fail(f"view_as_complex of a {dtype} tensor of shape {list(shape)} (its last "
+                     "dim must be 2, float32 or float64)")
+    return Cx(x)
+
+
+@cx_rule("aten._conj.default", "aten.conj_physical.default", "aten._conj_physical.default",
+         "aten.conj.default")
+def conj(n: NodeCtx) -> Any:
+    z = _arg_cx(n, 0)
+    return Cx(n.emit1("Mul", [z.v, n.const([1.0, -1.0], n.dtype(z.v))]))
+
+
+@cx_rule("aten.abs.default")
+def abs_(n: NodeCtx) -> Any:
+    """The 2-norm over the planes: its gradient at 0 is 0, as torch's (a Hypot's is 0/0)."""
+    z = _arg_cx(n, 0)
+    rank = len(n.shape(z.v)) - 1
+    return n.emit1("ReduceNorm", [z.v], {"axes": [rank], "keepdims": False, "p": 2.0})
+
+
+@cx_rule("aten.angle.default")
+def angle(n: NodeCtx) -> Any:
+    re, im = _planes(n, _arg_cx(n, 0))
+    return n.emit1("Atan2", [im, re])
+
+
+@cx_rule("aten.polar.default")
+def polar(n: NodeCtx) -> Any:
+    r, theta = n.tensor(0), n.tensor(1)
+    return _joined(n, n.emit1("Mul", [r, n.emit1("Cos", [theta])]),
+                   n.emit1("Mul", [r, n.emit1("Sin", [theta])]))
+
+
+@cx_rule("aten.complex.default")
+def complex_(n: NodeCtx) -> Any:
+    return _joined(n, n.tensor(0), n.tensor(1))
+
+
+@cx_rule("aten.real.default", "aten.imag.default")
+def real_imag(n: NodeCtx) -> Any:
+    re, im = _planes(n, _arg_cx(n, 0))
+    return re if n.op == "aten.real.default" else im
+
+
+def _arg_cx(n: NodeCtx, k: int) -> Cx:
+    z = n.arg(k, "self")
+    if isinstance(z, _Unavailable) or not isinstance(z, Cx):
+        return _promote(n, n.tensor(k), _real_of(n))
+    return z
+
+
+# ---- arithmetic ------------------------------------------------------------------------------
+
+def _times(n: NodeCtx, a: Cx, b: Any) -> Cx:
+    """a * b, b complex, a real tensor or a number."""
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        return Cx(n.emit1("Scale", [a.v], {"factor": float(b)}))
+    if isinstance(b, (str, Const)):  # real: broadcast over the planes
+        column = n.emit1("Reshape", [b], {"shape": [*n.shape(b), 1]})
+        return Cx(n.emit1("Mul", [a.v, column]))
+    b = _promote(n, b, n.dtype(a.v))
+    ar, ai = _planes(n, a)
+    br, bi = _planes(n, b)
+    return _joined(n, n.emit1("Sub", [n.emit1("Mul", [ar, br]), n.emit1("Mul", [ai, bi])]),
+                   n.emit1("Add", [n.emit1("Mul", [ar, bi]), n.emit1("Mul", [ai, br])]))
+
+
+@cx_rule("aten.mul.Tensor", "aten.mul.Scalar")
+def mul(n: NodeCtx) -> Any:
+    a, b = n.arg(0, "self"), n.arg(1, "other")
+    if not isinstance(a, Cx):
+        a, b = b, a
+    return _times(n, a, b)
+
+
+@cx_rule("aten.div.Tensor", "aten.div.Scalar")
+def div(n: NodeCtx) -> Any:
+    """a / b: by a real number or tensor, the planes divided; by a complex b,
+    a * conj(b) / |b|^2."""
+    a, b = n.arg(0, "self"), n.arg(1, "other")
+    if n.kwargs.get("rounding_mode") is not None:
+        raise Unsupported(f"{n.op} (rounding_mode, on complex tensors)")
+    real = _real_of(n)
+    a = _promote(n, a, real)
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        return Cx(n.emit1("Scale", [a.v], {"factor": 1.0 / b}))
+    if isinstance(b, (str, Const)):
+        column = n.emit1("Reshape", [b], {"shape": [*n.shape(b), 1]})
+        return Cx(n.emit1("Div", [a.v, column]))
+    b = _promote(n, b, real)
+    br, bi = _planes(n, b)
+    size = n.emit1("Add", [n.emit1("Mul", [br, br]), n.emit1("Mul", [bi, bi])])
+    num = _times(n, a, Cx(n.emit1("Mul", [b.v, n.const([1.0, -1.0], real)])))
+    column = n.emit1("Reshape", [size], {"shape": [*n.shape(size), 1]})
+    return Cx(n.emit1("Div", [num.v, column]))
+
+
+@cx_rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
+         "aten.rsub.Scalar", "aten.rsub.Tensor")
+def add_sub(n: NodeCtx) -> Any:
+    """On the planes, a real operand promoted (imaginary part 0); alpha is real."""
+    real = _real_of(n)
+    args = [_promote(n, n.arg(0, "self"), real), _promote(n, n.arg(1, "other"), real),
+            *n.args[2:]]
+    return _lifted(n, args, n.kwargs)
+
+
+@cx_rule("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def matmul(n: NodeCtx) -> Any:
+    """(A + iB)(C + iD) = AC - BD + i(AD + BC), four real products (one each side real: two)."""
+    a, b = n.arg(0, "self"), n.arg(1, "mat2" if "mm" in n.op else "other")
+    pa = _planes(n, a) if isinstance(a, Cx) else (n.tensor(0), None)
+    pb = _planes(n, b) if isinstance(b, Cx) else (n.tensor(1), None)
+
+    def prod(x: Any, y: Any) -> Any:
+        return None if x is None or y is None else n.emit1("MatMul", [x, y])
+
+    re = [prod(pa[0], pb[0]), prod(pa[1], pb[1])]
+    im = [prod(pa[0], pb[1]), prod(pa[1], pb[0])]
+    re_v = re[0] if re[1] is None else n.emit1("Sub", re)
+    im_v = [v for v in im if v is not None]
+    return _joined(n, re_v, im_v[0] if len(im_v) == 1 else n.emit1("Add", im_v))
+
+
+@cx_rule("aten._to_copy.default")
+def to_copy(n: NodeCtx) -> Any:
+    """A cast: to a complex dtype, of a real (imaginary part 0) or complex value; from a
+    complex one to a real dtype, its real part (what torch keeps, with a warning)."""
+    x = n.arg(0, "self")
+    want = n.out_dtype or ""
+    if want in COMPLEX_DTYPES:
+        z = _promote(n, x, COMPLEX_DTYPES[want])
+        return z if n.dtype(z.v) == COMPLEX_DTYPES[want] else \
+            Cx(n.emit1("Cast", [z.v], {"to": COMPLEX_DTYPES[want]}))
+    re, _ = _planes(n, x)
+    return re if n.dtype(re) == want else n.emit1("Cast", [re], {"to": want})
+
+
+@cx_rule("aten.full.default", "aten.zeros.default", "aten.ones.default",
+         "aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
+def full(n: NodeCtx) -> Any:
+    from planner.importers.torch.rules import filled
+
+    name = n.op.split(".")[1]
+    value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(name)
+    if value is None:
+        value = n.arg(1, "fill_value")
+    value = complex(value)
+    shape = tuple(n.out_shape or ())
+    real = _real_of(n)
+    if value.imag == 0:
+        return Cx(_planes_filled(n, filled, shape, value.real, real))
+    planes = np.empty((*shape, 2), dtype=real)
+    planes[..., 0], planes[..., 1] = value.real, value.imag
+    return Cx(Const.of(n.imp.fresh(n.label), planes, origin="constant"))
+
+
+def _planes_filled(n: NodeCtx, filled: Callable, shape: tuple[int, ...], re: float,
+                   real: str) -> Any:
+    """A complex tensor of value re + 0i: the real part filled, the imaginary zeros."""
+    if re == 0:
+        return filled(n, (*shape, 2), 0.0, real)
+    return _promote(n, filled(n, shape, re, real), real).v
+
+
+# ---- element moves: the real rules on the planes ---------------------------------------------
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Cx):
+        return v.v
+    if isinstance(v, (tuple, list)):
+        return type(v)(_plain(i) for i in v)
+    return v
+
+
+def _wrapped(v: Any) -> Any:
+    if isinstance(v, (str, Const)):
+        return Cx(v)
+    if isinstance(v, tuple):
+        return tuple(_wrapped(i) for i in v)
+    return v
+
+
+def _lifted(n: NodeCtx, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The real rule of n's op on the planes: arguments as given (dims already kept off the
+    trailing axis), the result's shape torch's and a trailing 2."""
+    if n.op not in RULES:
+        raise Unsupported(f"{n.op} (on complex tensors)")
+    shape = None if n.out_shape is None else (*n.out_shape, 2)
+    ctx = NodeCtx(n.imp, n.label, n.op, _plain(args), _plain(kwargs), shape, n._dropouts,
+                  _real_of(n), n.node, n.module, n._values)
+    return _wrapped(RULES[n.op](ctx))
+
+
+def _rank(n: NodeCtx) -> int:
+    for a in n.args:
+        for v in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(v, Cx):
+                return len(n.shape(v.v)) - 1
+    raise n.fail("no complex tensor argument")
+
+
+def _dim(d: Any, rank: int) -> Any:
+    return d % rank if isinstance(d, int) and rank and -rank <= d < rank else d
+
+
+# op -> (argument position, keyword) of its dim(s) and how much the output outranks the input
+_DIMS: dict[str, tuple[int, str, int]] = {
+    "aten.slice.Tensor": (1, "dim", 0), "aten.select.int": (1, "dim", 0),
+    "aten.cat.default": (1, "dim", 0), "aten.flip.default": (1, "dims", 0),
+    "aten.roll.default": (2, "dims", 0), "aten.sum.dim_IntList": (1, "dim", 0),
+    "aten.mean.dim": (1, "dim", 0), "aten.slice_scatter.default": (2, "dim", 0),
+    "aten.index_select.default": (1, "dim", 0),
+    "aten.split_with_sizes.default": (2, "dim", 0), "aten.split.Tensor": (2, "dim", 0),
+    "aten.stack.default": (1, "dim", 1), "aten.transpose.int": (1, "dim0", 0),
+}
+_RESHAPES = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+             "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+             "aten.squeeze.default", "aten.flatten.using_ints", "aten.view_copy.default")
+_AS_IS = ("aten.clone.default", "aten.alias.default", "aten.detach.default",
+          "aten.copy.default", "aten.expand.default", "aten.neg.default",
+          "aten.index.Tensor", "aten.lift_fresh_copy.default", "aten.resolve_conj.default",
+          "aten.resolve_neg.default")
+
+
+@cx_rule(*_RESHAPES)
+def reshaped(n: NodeCtx) -> Any:
+    return Cx(n.emit1("Reshape", [_arg_cx(n, 0).v], {"shape": [*(n.out_shape or ()), 2]}))
+
+
+@cx_rule(*_AS_IS)
+def as_is(n: NodeCtx) -> Any:
+    if n.op in ("aten.resolve_conj.default", "aten.resolve_neg.default",
+                "aten.alias.default", "aten.lift_fresh_copy.default"):
+        return n.arg(0, "self")
+    real = _real_of(n)
+    args = list(n.args)
+    if n.op == "aten.copy.default":  # self's values replaced by src's, a complex value
+        args[1] = _promote(n, n.arg(1, "src"), real)
+    return _lifted(n, args, n.kwargs)
+
+
+@cx_rule(*_DIMS)
+def with_dims(n: NodeCtx) -> Any:
+    k, key, extra = _DIMS[n.op]
+    rank = _rank(n) + extra
+    args, kwargs = list(n.args), dict(n.kwargs)
+    real = _real_of(n)
+    if n.op in ("aten.cat.default", "aten.stack.default"):
+        args[0] = [_promote(n, v, real) for v in args[0]]
+    if n.op == "aten.slice_scatter.default":
+        args[1] = _promote(n, n.arg(1, "src"), real)
+
+    def fix(d: Any) -> Any:
+        return [_dim(i, rank) for i in d] if isinstance(d, (list, tuple)) else _dim(d, rank)
+
+    if n.op == "aten.transpose.int":
+        args[1:3] = [fix(a) for a in args[1:3]]
+    elif k < len(args):
+        args[k] = fix(args[k])
+    elif key in kwargs:
+        kwargs[key] = fix(kwargs[key])
+    if n.op in ("aten.sum.dim_IntList", "aten.mean.dim") and n.arg(1, "dim") is None:
+        kwargs.pop("dim", None)
+        args = [args[0], list(range(rank)), *args[2:]]
+    if n.op == "aten.roll.default" and not (len(args) > 2 or "dims" in kwargs):
+        raise Unsupported(f"{n.op} (of a complex tensor, flattened)")
+    return _lifted(n, args, kwargs)
+
+
+@cx_rule("aten.constant_pad_nd.default")
+def pad(n: NodeCtx) -> Any:
+    value = complex(n.arg(2, "value", 0.0))
+    if value != 0:
+        raise Unsupported(f"{n.op} (a complex tensor padded with {value})")
+    args = [n.arg(0, "self"), [0, 0, *n.ints(1, "pad")], 0.0]
+    return _lifted(n, args, {})
+
+
+@cx_rule("aten.repeat.default")
+def repeat(n: NodeCtx) -> Any:
+    return _lifted(n, [n.arg(0, "self"), [*n.ints(1, "repeats"), 1]], {})
+
+
+@cx_rule("aten.permute.default", "aten.permute_copy.default")
+def permute(n: NodeCtx) -> Any:
+    rank = _rank(n)
+    dims = [_dim(d, rank) for d in n.ints(1, "dims")]
+    return Cx(n.emit1("Transpose", [n.arg(0, "self").v], {"perm": [*dims, rank]}))
+
+
+# ---- the DFT ---------------------------------------------------------------------------------
+
+def _scale(norm: int, length: int) -> float:
+    """ATen's fft_norm_mode: 0 none, 1 by 1/sqrt(n), 2 by 1/n."""
+    return {0: 1.0, 1: 1.0 / math.sqrt(length), 2: 1.0 / length}[norm]
+
+
+def dft_matrix(kind: str, length: int, out: int, sign: int, scale: float) -> np.ndarray:
+    """The real matrix of one dim's DFT (float64; module docstring): kind r2c [n, 2m], c2c
+    [2n, 2m], c2r [2m, n] (`length` the real signal's n, `out` the spectrum's m for r2c and
+    c2r, both n for c2c); the angle 2 pi (jk mod n) / n reduced in integers, exact in float64."""
+    n_sig = length
+    j = np.arange(length if kind != "c2r" else out)[:, None]
+    k = np.arange(out if kind != "c2r" else length)[None, :]
+    theta = 2 * np.pi * ((j * k) % n_sig) / n_sig
+    c, s = np.cos(theta) * scale, sign * np.sin(theta) * scale
+    if kind == "r2c":
+        m = np.empty((length, 2 * out))
+        m[:, 0::2], m[:, 1::2] = c, s
+        return m
+    if kind == "c2c":
+        m = np.empty((2 * length, 2 * out))
+        m[0::2, 0::2], m[0::2, 1::2] = c, s
+        m[1::2, 0::2], m[1::2, 1::2] = -s, c
+        return m
+    # c2r: Re(sum over the Hermitian spectrum), bins 1..(n-1)//2 counted twice
+    weight = np.full((out, 1), 2.0)
+    weight[0] = 1.0
+    if length % 2 == 0:
+        weight[length // 2] = 1.0
+    s = s.copy()
+    s[0] = 0.0
+    if length % 2 == 0:
+        s[length // 2] = 0.0  # the Nyquist bin's imaginary part, ignored
+    m = np.empty((2 * out, length))
+    m[0::2], m[1::2] = weight * c, -weight * s
+    return m
+
+
+# Each import's DFT matrices, by (kind, length, out, sign, norm, dtype): gone with the import.
+_MATRICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _matrix(n: NodeCtx, kind: str, length: int, out: int, sign: int, norm: int,
+            dtype: str) -> Const:
+    """One constant per distinct matrix of the import (FNet's layers share theirs)."""
+    cache = _MATRICES.setdefault(n.imp, {})
+    key = (kind, length, out, sign, norm, dtype)
+    if key not in cache:
+        value = dft_matrix(kind, length, out, sign, _scale(norm, length)).astype(dtype)
+        cache[key] = Const.of(n.imp.fresh(f"dft_{kind}_{length}_{out}"), value,
+                              origin="constant")
+    return cache[key]
+
+
+def _check_length(n: NodeCtx, length: int) -> None:
+    if length > MAX_DFT_LENGTH:
+        raise n.fail(f"a transform of length {length}: the planner's DFT is a dense matrix "
+                     f"product, which it takes up to length {MAX_DFT_LENGTH}")
+
+
+def _c2c(n: NodeCtx, z: Cx, dim: int, forward: bool, norm: int) -> Cx:
+    shape = n.shape(z.v)
+    rank = len(shape) - 1
+    length = shape[dim]
+    _check_length(n, length)
+    v = _moved(n, z.v, dim, rank - 1)
+    lead = list(n.shape(v)[:-2])
+    v = n.emit1("Reshape", [v], {"shape": [*lead, 2 * length]})
+    m = _matrix(n, "c2c", length, length, -1 if forward else 1, norm, n.dtype(z.v))
+    v = n.emit1("MatMul", [v, m])
+    v = n.emit1("Reshape", [v], {"shape": [*lead, length, 2]})
+    return Cx(_moved(n, v, rank - 1, dim))
+
+
+def _dims(n: NodeCtx, rank: int) -> list[int]:
+    dims = [_dim(d, rank) for d in n.ints(1, "dim")]
+    if not dims or any(not isinstance(d, int) or not 0 <= d < rank for d in dims):
+        raise n.fail(f"dims {n.arg(1, 'dim')} for a tensor of rank {rank}")
+    return dims
+
+
+@cx_rule("aten._fft_c2c.default")
+def fft_c2c(n: NodeCtx) -> Any:
+    z = _arg_cx(n, 0)
+    norm, forward = int(n.arg(2, "normalization")), bool(n.arg(3, "forward"))
+    for d in _dims(n, len(n.shape(z.v)) - 1):
+        z = _c2c(n, z, d, forward, norm)
+    return z
+
+
+@cx_rule("aten._fft_r2c.default")
+def fft_r2c(n: NodeCtx) -> Any:
+    """A real signal's DFT over its last dim (one-sided: the n // 2 + 1 first bins), then the
+    complex DFT over the other dims, as ATen does."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    rank = len(shape)
+    dims = _dims(n, rank)
+    norm, onesided = int(n.arg(2, "normalization")), bool(n.arg(3, "onesided"))
+    last = dims[-1]
+    length = shape[last]
+    _check_length(n, length)
+    out = length // 2 + 1 if onesided else length
+    v = _moved(n, x, last, rank - 1)
+    lead = list(n.shape(v)[:-1])
+    v = n.emit1("MatMul", [v, _matrix(n, "r2c", length, out, -1, norm, n.dtype(x))])
+    v = n.emit1("Reshape", [v], {"shape": [*lead, out, 2]})
+    z = Cx(_moved(n, v, rank - 1, last))
+    for d in dims[:-1]:
+        z = _c2c(n, z, d, True, norm)
+    return z
+
+
+@cx_rule("aten._fft_c2r.default")
+def fft_c2r(n: NodeCtx) -> Any:
+    """The inverse complex DFT over all but the last dim, then the Hermitian half's real
+    inverse over the last, to `last_dim_size` points (as ATen does)."""
+    z = _arg_cx(n, 0)
+    rank = len(n.shape(z.v)) - 1
+    dims = _dims(n, rank)
+    norm, length = int(n.arg(2, "normalization")), int(n.arg(3, "last_dim_size"))
+    for d in dims[:-1]:
+        z = _c2c(n, z, d, False, norm)
+    last = dims[-1]
+    half = n.shape(z.v)[last]
+    _check_length(n, length)
+    if half != length // 2 + 1:
+        raise n.fail(f"a one-sided spectrum of {half} bins for {length} points "
+                     f"(want {length // 2 + 1})")
+    v = _moved(n, z.v, last, rank - 1)
+    lead = list(n.shape(v)[:-2])
+    v = n.emit1("Reshape", [v], {"shape": [*lead, 2 * half]})
+    v = n.emit1("MatMul", [v, _matrix(n, "c2r", length, half, 1, norm, n.dtype(z.v))])
+    return _moved(n, v, rank - 1, last)
+
+
+@cx_rule("aten.exp.default")
+def exp(n: NodeCtx) -> Any:
+    """e^(a + ib) = e^a (cos b + i sin b)."""
+    re, im = _planes(n, _arg_cx(n, 0))
+    size = n.emit1("Exp", [re])
+    return _joined(n, n.emit1("Mul", [size, n.emit1("Cos", [im])]),
+                   n.emit1("Mul", [size, n.emit1("Sin", [im])]))

@@ -1,0 +1,427 @@
+"""Complex values and the DFT family through the torch front end
+(planner/importers/torch/rules_complex.py): each lowered op against torch (forward and the
+gradient of a real-in, real-out program, on the reference interpreter, held to torch float64
+with torch's float32 noise as the tolerance: opinfo_cases.check_call); long transforms against
+numpy's float64 FFT within the dense DFT's float32 summation bound; FNet's token mixing and a
+rotary-embedding attention trained through planner.torch.trainer and run through
+torch.compile(backend="planner") as eager does; and the one-line refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from planner.importers.torch.context import TorchImportError  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
+from planner.importers.torch.rules_complex import MAX_DFT_LENGTH, dft_matrix  # noqa: E402
+from tests.importers.opinfo_cases import check_call, compare  # noqa: E402
+from tests.importers.torch_step import Step, mismatches  # noqa: E402
+
+EPS32 = float(np.finfo(np.float32).eps)
+vr, vc = torch.view_as_real, torch.view_as_complex
+
+
+def _real(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+X, Z = _real(3, 8, 6), _real(3, 8, 6, 2, seed=1)  # a real signal; a complex one's planes
+
+# Each: a real-in, real-out program over one complex or FFT op (complex values inside only).
+CASES = {
+    "fnet_mixing": (lambda x: torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real, X),
+    "rfft": (lambda x: vr(torch.fft.rfft(x)), X),
+    "rfft_n_ortho": (lambda x: vr(torch.fft.rfft(x, n=9, norm="ortho")), X),
+    "rfft_crop_forward": (lambda x: vr(torch.fft.rfft(x, n=4, dim=1, norm="forward")), X),
+    "fft_of_real": (lambda x: vr(torch.fft.fft(x, dim=0)), X),
+    "ifft_n": (lambda z: vr(torch.fft.ifft(vc(z), n=5, dim=0)), Z),
+    "ifft_ortho": (lambda z: vr(torch.fft.ifft(vc(z), norm="ortho")), Z),
+    "irfft": (lambda z: torch.fft.irfft(vc(z), dim=1), Z),
+    "irfft_n_forward": (lambda z: torch.fft.irfft(vc(z), n=7, norm="forward"), Z),
+    "irfft_odd_ortho": (lambda z: torch.fft.irfft(vc(z), n=11, norm="ortho"), Z),
+    "fft2_ortho": (lambda z: vr(torch.fft.fft2(vc(z), norm="ortho")), Z),
+    "ifft2": (lambda z: vr(torch.fft.ifft2(vc(z), s=(3, 9))), Z),
+    "rfft2": (lambda x: vr(torch.fft.rfft2(x)), X),
+    "irfft2_s": (lambda z: torch.fft.irfft2(vc(z), s=(5, 8)), Z),
+    "fftn": (lambda x: vr(torch.fft.fftn(x)), X),
+    "ifftn_s": (lambda z: vr(torch.fft.ifftn(vc(z), s=(4, 4), dim=(0, 2))), Z),
+    "rfftn_forward": (lambda x: vr(torch.fft.rfftn(x, norm="forward")), X),
+    "irfftn": (lambda z: torch.fft.irfftn(vc(z)), Z),
+    "hfft": (lambda z: torch.fft.hfft(vc(z)), Z),
+    "ihfft": (lambda x: vr(torch.fft.ihfft(x).resolve_conj()), X),
+    "abs_angle": (lambda z: vc(z).abs() + vc(z).angle(), Z),
+    "conj_mul": (lambda z: vr(vc(z).conj() * vc(z).flip(0)), Z),
+    "mul_real_and_scalar": (lambda z: vr(vc(z) * z[..., 0] * 3 + 1), Z),
+    "div": (lambda z: vr(vc(z) / (vc(z).flip(1) + 1)), Z),
+    "div_real": (lambda z: vr(vc(z) / (z[..., 0].abs() + 1) / 2), Z),
+    "polar": (lambda x: vr(torch.polar(x.abs(), x)), X),
+    "complex_real_imag": (lambda x: (torch.complex(x, x * 2) * 3).real
+                          + torch.complex(x, x.flip(0)).imag, X),
+    "exp": (lambda z: vr(torch.exp(vc(z))), Z),
+    "matmul": (lambda z: vr(vc(z)[:, :, :6] @ vc(z).transpose(1, 2)[0]), _real(3, 6, 6, 2)),
+    "matmul_by_a_real_valued": (lambda z: vr(vc(z) @ torch.complex(
+        z[0, :, :, 1].T, torch.zeros(6, 8))), Z),
+    "cat_sum_mean_repeat": (lambda z: vr(torch.cat([vc(z), vc(z) * 2], dim=-1).sum(-2)
+                                         + vc(z).mean(1).repeat(1, 2)), Z),
+    "pad_slice_permute": (lambda z: vr(F.pad(vc(z), (1, 2))[1:, ::2].permute(2, 0, 1)), Z),
+    "stack_unbind": (lambda z: vr(torch.stack(vc(z).unbind(1)[::3], dim=-1)), Z),
+    # a complex constant made in forward from constants alone: torch folds it at import
+    "folded_polar_constant": (lambda z: vr(vc(z) * torch.polar(torch.ones(6),
+                                                               torch.arange(6.0))), Z),
+    "stft_magnitude": (lambda x: torch.stft(x, n_fft=8, hop_length=2,
+                                            window=torch.hann_window(8),
+                                            return_complex=True).abs(), _real(2, 40)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lowered_op_matches_torch_forward_and_gradient(name):
+    fn, x = CASES[name]
+    assert check_call(fn, x) == ("pass", "")
+
+
+def _imported_run(fn, x):
+    from planner.graph.interpret import run
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    imported = convert(torch.export.export(M(), (x,)), name="long")
+    (out,) = imported.graph.outputs
+    return np.asarray(run(imported.graph, {imported.inputs[0]: x.numpy()},
+                          imported.params())[out], np.float64)
+
+
+@pytest.mark.parametrize("length", [1024, MAX_DFT_LENGTH])
+def test_long_transforms_within_the_dense_dfts_float32_bound(length):
+    """Each output bin is a float32 sum of n products with matrix entries rounded to float32:
+    its error is at most about (n + 2) eps times the sum of |x| over the row (Higham's
+    bound for a dot product). A wrong twiddle or sign is off by O(|X_k|), ~sqrt(n) |x|."""
+    x = _real(4, length, seed=2) * 3
+    l1 = np.abs(x.numpy().astype(np.float64)).sum(-1, keepdims=True)
+    spectrum = np.fft.rfft(x.numpy().astype(np.float64))
+    got = _imported_run(lambda x: vr(torch.fft.rfft(x)), x)
+    bound = (length + 2) * EPS32 * l1[..., None]
+    assert np.all(np.abs(got - np.stack([spectrum.real, spectrum.imag], -1)) <= bound)
+    back = _imported_run(lambda z: torch.fft.irfft(vc(z), n=length, norm="forward"),
+                         vr(torch.fft.rfft(x, norm="forward")).contiguous())
+    assert np.max(np.abs(back - x.numpy())) <= 4 * length * EPS32 * float(np.abs(x).max())
+
+
+def test_dft_matrices_are_numpys_transforms():
+    """The matrices themselves (float64) against numpy's FFT of the unit vectors."""
+    n = 6
+    eye = np.eye(n)
+    r2c = dft_matrix("r2c", n, n // 2 + 1, -1, 1.0).reshape(n, n // 2 + 1, 2)
+    np.testing.assert_allclose(r2c[..., 0] + 1j * r2c[..., 1], np.fft.rfft(eye), atol=1e-12)
+    c2c = dft_matrix("c2c", n, n, 1, 1.0 / n).reshape(n, 2, n, 2)
+    np.testing.assert_allclose(c2c[:, 0, :, 0] + 1j * c2c[:, 0, :, 1], np.fft.ifft(eye),
+                               atol=1e-12)
+    np.testing.assert_allclose(c2c[:, 1, :, 0] + 1j * c2c[:, 1, :, 1], np.fft.ifft(1j * eye),
+                               atol=1e-12)
+    c2r = dft_matrix("c2r", n, n // 2 + 1, 1, 1.0).reshape(n // 2 + 1, 2, n)
+    half = np.eye(n // 2 + 1)
+    np.testing.assert_allclose(c2r[:, 0], np.fft.irfft(half, n) * n, atol=1e-12)
+    np.testing.assert_allclose(c2r[:, 1], np.fft.irfft(1j * half, n) * n, atol=1e-12)
+
+
+# ---- refusals --------------------------------------------------------------------------------
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn, weight=None):
+        super().__init__()
+        self.fn = fn
+        if weight is not None:
+            self.w = torch.nn.Parameter(weight)
+
+    def forward(self, x):
+        return self.fn(self, x)
+
+
+def _refusal(module, x):
+    with pytest.raises(TorchImportError) as e:
+        convert(torch.export.export(module, (x,)))
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_complex_output_is_refused_in_one_line():
+    message = _refusal(_Fn(lambda m, x: torch.fft.rfft(x)), X)
+    assert "output" in message and "complex" in message and "view_as_real" in message
+
+
+def test_a_trained_complex_parameter_is_refused_in_one_line():
+    w = torch.randn(6, dtype=torch.cfloat)
+    message = _refusal(_Fn(lambda m, x: torch.fft.irfft(torch.fft.rfft(x) * m.w[:4]), w), X)
+    assert "parameter 'w'" in message and "complex64" in message and "[6, 2]" in message
+
+
+def test_a_complex_input_is_refused_in_one_line():
+    message = _refusal(_Fn(lambda m, z: vr(z * 2)), torch.randn(3, 4, dtype=torch.cfloat))
+    assert "input 'x'" in message and "complex64" in message
+
+
+def test_too_long_a_transform_is_refused_in_one_line():
+    message = _refusal(_Fn(lambda m, x: torch.fft.rfft(x).abs()),
+                       torch.randn(2, MAX_DFT_LENGTH + 1))
+    assert "_fft_r2c" in message and str(MAX_DFT_LENGTH + 1) in message
+
+
+def test_a_complex_op_without_a_rule_is_refused_in_one_line():
+    message = _refusal(_Fn(lambda m, z: vr(torch.log(vc(z)))), Z)
+    assert "aten.log.default (on complex tensors)" in message
+
+
+def test_a_complex_buffer_is_a_constant_of_the_step():
+    """A complex buffer (not trained) reaches the graph as its planes, under its own name."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.randn(5, dtype=torch.cfloat))
+
+        def forward(self, x):
+            return torch.fft.irfft(torch.fft.rfft(x) * self.k, n=8)
+
+    m = Scaled()
+    imported = convert(torch.export.export(m, (_real(3, 8),)))
+    planes = {k: v for k, v in imported.params().items() if k.startswith("k.")}
+    (value,) = planes.values()
+    np.testing.assert_array_equal(value, vr(m.k).numpy())
+
+
+# ---- models: trained through the trainer, run through torch.compile -----------------------
+
+class FNetBlock(torch.nn.Module):
+    """FNet's encoder block: Fourier token mixing (the real part of a 2-D DFT over the
+    sequence and the hidden dims), then a feed-forward layer, each with a residual and a
+    LayerNorm; a linear head on the mean token."""
+
+    def __init__(self, d=16, classes=3):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.ff = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(),
+                                      torch.nn.Linear(2 * d, d))
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, x):
+        x = self.norm1(x + torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real)
+        x = self.norm2(x + self.ff(x))
+        return self.head(x.mean(1))
+
+
+def _rotary(x, freqs_cis):
+    """Llama's apply_rotary_emb: pairs of features as complex numbers, turned by freqs_cis."""
+    xc = vc(x.reshape(*x.shape[:-1], -1, 2))
+    return vr(xc * freqs_cis[None, :, None, :]).flatten(3)
+
+
+class RotaryAttention(torch.nn.Module):
+    """One attention layer with rotary embeddings on q and k; freqs_cis a complex buffer
+    (`polar=False`, Llama's) or made in forward by torch.polar from a real angle buffer."""
+
+    def __init__(self, d=16, heads=2, seq=6, classes=3, polar=False):
+        super().__init__()
+        self.heads, self.polar = heads, polar
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, classes)
+        hd = d // heads
+        angles = torch.outer(torch.arange(seq, dtype=torch.float32),
+                             1.0 / 10000 ** (torch.arange(0, hd, 2).float() / hd))
+        if polar:
+            self.register_buffer("angles", angles)
+        else:
+            self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        freqs = torch.polar(torch.ones_like(self.angles), self.angles) if self.polar \
+            else self.freqs_cis
+        q, k = _rotary(q, freqs), _rotary(k, freqs)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, d).mean(1))
+
+
+def _batches(seed=3, n=3):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, 6, 16, generator=g), torch.randint(0, 3, (4,), generator=g))
+            for _ in range(n)]
+
+
+def _in(model, dtype):
+    """A copy of `model` in `dtype`, its complex buffers in the complex dtype of that precision
+    (Module.to(float32) would drop their imaginary parts)."""
+    model = copy.deepcopy(model)
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    for m in model.modules():
+        for name, b in m.named_buffers(recurse=False):
+            setattr(m, name, b.to(complex_dtype if b.is_complex() else dtype))
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model
+
+
+def _train_eager(model, batches, dtype, lr):
+    model = _in(model, dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for x, y in batches:
+        opt.zero_grad()
+        value = F.cross_entropy(model(x.to(dtype)), y)
+        value.backward()
+        opt.step()
+    return Step(float(value.detach()), {k: v.detach().numpy().copy()
+                                        for k, v in model.named_parameters()})
+
+
+@pytest.mark.parametrize("make", [FNetBlock, RotaryAttention,
+                                  lambda: RotaryAttention(polar=True)],
+                         ids=["fnet", "rotary", "rotary_polar"])
+def test_trains_through_the_trainer_as_pytorch(make, tmp_path):
+    from planner.torch import trainer
+
+    torch.manual_seed(0)
+    model = make()
+    batches, lr = _batches(), 0.1
+    t = trainer(copy.deepcopy(model), (batches[0][0],), loss=F.cross_entropy,
+                labels=batches[0][1], optimizer="sgd", lr=lr, out_dir=tmp_path)
+    for x, y in batches:
+        value = t.step(x, y)
+    ours = Step(value, {k: np.asarray(v) for k, v in t.params().items()})
+    f32, f64 = (_train_eager(model, batches, d, lr) for d in (torch.float32, torch.float64))
+    assert not mismatches(ours, f32, f64, set(f64.state))
+    head = "head.weight" if make is FNetBlock else "out.weight"
+    assert not np.allclose(ours.state[head], dict(model.named_parameters())[head].detach())
+
+
+def _eager_grads(model, x, dtype):
+    m = _in(model, dtype)
+    out = m(x.to(dtype))
+    out.pow(2).sum().backward()
+    return out.detach().numpy(), {k: p.grad.numpy() for k, p in m.named_parameters()}
+
+
+@pytest.mark.parametrize("make", [FNetBlock, RotaryAttention,
+                                  lambda: RotaryAttention(polar=True)],
+                         ids=["fnet", "rotary", "rotary_polar"])
+def test_torch_compile_backend_matches_eager(make):
+    """Dynamo passes a module's buffers as graph inputs: the complex freqs_cis is fed as its
+    planes (fallback off: a refusal would raise)."""
+    torch.manual_seed(0)
+    model = make()
+    x = _batches(seed=4, n=1)[0][0]
+    (o32, g32), (o64, g64) = (_eager_grads(model, x, d) for d in (torch.float32,
+                                                                  torch.float64))
+    mine = copy.deepcopy(model)
+    out = torch.compile(mine, backend="planner", options={"fallback": False})(x)
+    out.pow(2).sum().backward()
+    assert not compare("output", out.detach().numpy(), o32, o64)
+    for name, p in mine.named_parameters():
+        assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+
+
+# ---- PyTorch's own OpInfos of the family -----------------------------------------------------
+
+def _fft_opinfos():
+    from tests.importers.opinfo_cases import by_name
+
+    ops = by_name()
+    return sorted(n for n in ops if (n.startswith("fft.") and "shift" not in n)
+                  or n in ("stft", "istft"))
+
+
+@pytest.mark.parametrize("name", _fft_opinfos())
+def test_fft_opinfo_samples_match_torch_as_real_planes(name):
+    """op_db's fft OpInfos (and stft) on their own first samples: a complex result, which the
+    planner does not give out (the sweep records that refusal), compared as view_as_real of
+    it, forward and gradients (opinfo_cases.check_sample)."""
+    import itertools
+    from types import SimpleNamespace
+
+    from tests.importers.opinfo_cases import _seeded, _Skip, by_name, check_sample
+
+    op = by_name()[name]
+
+    def real_out(*args, **kwargs):
+        out = op.op(*args, **kwargs)
+        return vr(out.resolve_conj()) if out.is_complex() else out
+
+    checked = 0
+    for k, sample in enumerate(itertools.islice(_seeded(op), 3)):
+        try:
+            got = check_sample(SimpleNamespace(op=real_out, supports_autograd=True), sample,
+                               seed=k)
+        except _Skip:
+            continue
+        assert got == ("pass", ""), (k, got)
+        checked += 1
+    assert checked
+
+
+def test_abs_gradient_at_zero_is_torchs():
+    """|z|'s gradient at z = 0 is 0 in torch (sgn(0)); the import's too, not 0/0."""
+    z = torch.tensor([[0.0, 0.0], [3.0, -4.0], [0.0, 0.0]])
+    assert check_call(lambda z: vc(z).abs(), z) == ("pass", "")
+
+
+def test_a_saved_program_of_complex_ops_loads_through_the_pt2_reader(tmp_path):
+    """The .pt2 reader takes the complex rules' ops (its operator allow-list,
+    planner/importers/torch/targets.py) and complex dtypes (a complex buffer's payload): a
+    saved rotary embedding and FNet mixing load and compute as torch."""
+    from planner.graph.interpret import run
+    from planner.importers.pt2.archive import read_archive
+    from planner.importers.pt2.retrace import retrace
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("angles", torch.randn(6, 4))
+            self.register_buffer("k", torch.randn(8, dtype=torch.cfloat))  # a complex payload
+
+        def forward(self, x):  # x [B, 6, 8]
+            turned = _rotary(x[:, :, None], torch.polar(torch.ones_like(self.angles),
+                                                        self.angles))[:, :, 0]
+            return (torch.fft.fft(torch.fft.fft(turned, dim=-1), dim=-2) * self.k).real
+
+    m, x = Both(), _real(2, 6, 8)
+    path = tmp_path / "both.pt2"
+    torch.export.save(torch.export.export(m, (x,)), path)
+    imported = convert(retrace(read_archive(path), "both.pt2"))
+    (out,) = imported.graph.outputs
+    got = run(imported.graph, {imported.inputs[0]: x.numpy()}, imported.params())[out]
+    want = m.double()(x.double()).numpy()
+    assert np.max(np.abs(got - want)) <= 64 * 8 * EPS32 * np.max(np.abs(want))
+
+
+def test_torch_compile_refuses_a_trained_complex_parameter_in_one_line():
+    from planner.importers.torch.context import TorchImportError as Refused
+
+    class Spectral(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, dtype=torch.cfloat))
+
+        def forward(self, x):
+            return torch.fft.irfft(torch.fft.rfft(x) * self.w, n=6)
+
+    with pytest.raises(Refused) as e:
+        torch.compile(Spectral(), backend="planner", options={"fallback": False})(_real(2, 6))
+    assert "complex tensor that requires grad" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fno_spectral_convolution_matches_torch():
+    """FNO's spectral convolution: rfft2, the low modes times complex weights (held as a real
+    parameter and view_as_complex'd) written into a zero spectrum, irfft2 back to the grid."""
+    def spectral(x, w):
+        ft = torch.fft.rfft2(x)
+        out = torch.zeros(x.shape[0], 3, x.shape[-2], x.shape[-1] // 2 + 1, dtype=torch.cfloat)
+        out[:, :, :4, :4] = torch.einsum("bixy,ioxy->boxy", ft[:, :, :4, :4], vc(w))
+        return torch.fft.irfft2(out, s=(x.shape[-2], x.shape[-1]))
+
+    assert check_call(spectral, _real(2, 3, 8, 8), _real(3, 3, 4, 4, 2, seed=5)) == ("pass", "")
