@@ -763,23 +763,22 @@ def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
     from planner.importers.torch.grad_mode import detach_grad_off
     from planner.importers.torch.specialize import SymbolicTrace
 
-    module = recipe.module
-    inputs = examples[:-1] if recipe.with_labels else examples
-    labels = examples[-1] if recipe.with_labels else None
-    now = [m.training for m in module.modules()]
-    _set_modes(module, recipe.modes)
     try:
-        program = export(module, inputs, recipe.loss, labels, dynamic=True)
+        program = _exported_as_made(recipe, examples, dynamic=True)
         detach_grad_off(program)
         return SymbolicTrace(decompose(program), PREFIX.rstrip("."))
     except Exception:  # noqa: BLE001 - torch's failure to trace symbolically: per size then
         return None
-    finally:
-        _set_modes(module, now)
 
 
 def _imported(recipe: Recipe, examples: Sequence[Any]) -> TorchImport:
-    """The module traced (with its loss) on `examples` and imported, each submodule in the
+    """The module traced (with its loss) on `examples` and imported."""
+    return convert(_exported_as_made(recipe, examples), name=type(recipe.module).__name__,
+                   module_root=PREFIX.rstrip("."))
+
+
+def _exported_as_made(recipe: Recipe, examples: Sequence[Any], dynamic: bool = False) -> Any:
+    """The module exported with its loss on `examples` (`export`), each submodule in the
     train()/eval() mode it had when the trainer was made, then as it is now again."""
     module = recipe.module
     inputs = examples[:-1] if recipe.with_labels else examples
@@ -787,8 +786,7 @@ def _imported(recipe: Recipe, examples: Sequence[Any]) -> TorchImport:
     now = [m.training for m in module.modules()]
     _set_modes(module, recipe.modes)
     try:
-        return convert(export(module, inputs, recipe.loss, labels),
-                       name=type(module).__name__, module_root=PREFIX.rstrip("."))
+        return export(module, inputs, recipe.loss, labels, dynamic=dynamic)
     finally:
         _set_modes(module, now)
 
