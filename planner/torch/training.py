@@ -347,7 +347,7 @@ class Trainer:
 def _numpy(v: Any, dtype: str) -> np.ndarray:
     if hasattr(v, "detach"):
         v = v.detach().cpu().numpy()
-    return np.ascontiguousarray(np.asarray(v), dtype=dtype)
+    return np.asarray(v, dtype=dtype, order="C")  # keeps a 0-d array 0-d
 
 
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
@@ -548,7 +548,7 @@ def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
 def _torch(a: Any) -> Any:
     import torch
 
-    return a if hasattr(a, "detach") else torch.from_numpy(np.ascontiguousarray(a))
+    return a if hasattr(a, "detach") else torch.from_numpy(np.asarray(a, order="C"))
 
 
 def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
