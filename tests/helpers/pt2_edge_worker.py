@@ -30,7 +30,6 @@ import traceback
 import warnings
 from pathlib import Path
 
-
 # The interpreter holds every tensor of the step at once: past this, the verdict is `planned`.
 EVALUATED_BYTES = 256 << 20
 
