@@ -88,6 +88,37 @@ def test_every_archive_is_data_or_a_one_line_refusal(verdicts):
             assert re.search(r"node '|member '|input '|tensor '|entry '", words), (path, words)
 
 
+# Named cases (seed 85 draws each): archive -> (verdict, what its line says)
+NAMED = {
+    # an int64 minimum by -1 and a zero divisor in a factory's fill: the fold guard, before
+    # torch's kernel (SIGFPE) sees them
+    "full_div--9223372036854775808--1": ("refused", r"node 'div' .*integer division of "
+                                         r"-9223372036854775808 \(the int64 minimum\) by -1"),
+    "full_div-1-0": ("refused", r"node 'div' .*integer division by zero"),
+    # NaN * 2 cast to an index: torch's cast gives the int64 minimum, an index out of range
+    "float_index-g5": ("refused", r"node 'index' .*-9223372036854775808 .*out of range"),
+    "index_put-i9": ("refused", r"node 'index_put' .*constant index tensor .*out of range"),
+    "scatter_reduce-i11": ("refused", r"node 'scatter_reduce' .*index -1 out of range"),
+    # a size read with .item(), its range check deleted from the program
+    "narrow_item-unranged-1": ("refused", r"sym_int_values is not empty"),
+    "slice_step-0": ("refused", r"slice step must be positive"),
+    # F.pad by 2**40: a graph of 8 TiB, refused by the plan, never allocated
+    "pad-1099511627776": ("plan-refused", r"needs at least 8796093022240 bytes at node "
+                                          r"'constant_pad_nd"),
+    "zeros-size2147483648": ("planned", r"^$"),  # 16 GiB: a Fill of the step, planned
+    # ids out of range in the step: the step refuses them, as torch's kernel raises
+    "embedding_bag-i7": ("run-refused", r"id 2147483648 out of range \[0, 4\)"),
+}
+
+
+def test_the_named_cases(verdicts):
+    by_name = {Path(p).stem: v for p, v in verdicts.items()}
+    for name, (kind, words) in NAMED.items():
+        assert name in by_name, f"{name}: not drawn (seed 85) or its family not exported"
+        got_kind, got_words = by_name[name]
+        assert got_kind == kind and re.search(words, got_words), (name, got_kind, got_words)
+
+
 def test_the_corpus_reaches_each_verdict(verdicts):
     """Not a corpus refused wholesale: the importer reads most of the honest-shaped edits,
     and refuses the hostile ones in each door (the reader, the trace, the fold guard, the
