@@ -426,6 +426,9 @@ def build(rendered: RenderedTree, progress: Progress | None = None,
     tree = rendered.dir.resolve()
     if not (tree / "schedule.cpp").exists():
         raise BuildError(f"{tree}: no schedule.cpp; render the plan first")
+    if (tree / "build").exists() and not (tree / "build").is_dir():  # a damaged cache entry
+        raise BuildError(f"{tree / 'build'}: is a file where the package's build folder "
+                         "goes; remove it")
     backend = rendered.backend
     arch = RUNTIME_BUILDS[backend].arch(rendered.compute_capability, rendered.target)
     runtime = build_runtime(progress, sanitize, backend, arch)
@@ -479,8 +482,34 @@ def _up_to_date(info_path: Path, info: dict, lib: Path) -> bool:
     return kept == info and intact(lib, record)
 
 
+# Characters CMake and Ninja take as syntax inside a path: CMake's list separator, quote and
+# escape, Ninja's `$` escape, line breaks. A folder named with one fails to configure with
+# "Configuring incomplete": refused first, naming the character.
+UNBUILDABLE_IN_PATH = frozenset(';"$\\\n\r\t')
+
+
+def check_build_path(path: Path) -> None:
+    """BuildError naming `path` and the character when it holds one CMake or Ninja cannot
+    take (UNBUILDABLE_IN_PATH).
+
+    >>> check_build_path(Path("cache/packages/m"))
+    >>> try:
+    ...     check_build_path(Path("a;b/packages"))
+    ... except BuildError as e:
+    ...     print(str(e).split(" (")[0])
+    'a;b/packages': a build folder's path cannot hold ';'
+    """
+    bad = sorted({c for c in str(path) if c in UNBUILDABLE_IN_PATH or not c.isprintable()})
+    if bad:
+        raise BuildError(f"{str(path)!r}: a build folder's path cannot hold {bad[0]!r} (CMake "
+                         f"and Ninja read it as syntax); set PLANNER_CACHE or out_dir to a "
+                         f"path without it")
+
+
 def _cmake(src: Path, build_dir: Path, defines: dict[str, str], say: Progress,
            own: Path) -> None:
+    check_build_path(src)
+    check_build_path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     if not (build_dir / "build.ninja").exists():
         args = [tool("cmake"), "-S", str(src), "-B", str(build_dir), "-G", "Ninja",

@@ -32,6 +32,9 @@ def cache_root() -> Path:
     saying so where there is neither (a container's user with no entry there)."""
     env = os.environ.get("PLANNER_CACHE")
     if env:
+        if Path(env).exists() and not Path(env).is_dir():
+            raise UserError(f"PLANNER_CACHE {env!r}: is not a folder; set it to a folder for "
+                            "the planner's kernels and measurements")
         return Path(env)
     try:
         return Path.home() / ".cache" / "planner"
@@ -121,7 +124,10 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
     """Hold an exclusive lock on `folder` (a `.NAME.lock` file beside it) for the block: two
     commands writing one folder take turns."""
     f = Path(folder)
-    f.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file among its parents, a read-only parent
+        raise UserError(f"{f.parent}: cannot be made ({e.strerror or e})") from None
     with open_lock(f.parent / f".{f.name}.lock") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -81,7 +81,7 @@ def _scan(op: str, running, identity: float):
                                 np.take(y, range(x.shape[axis] - 1), axis=axis)], axis=axis)
         if a["reverse"]:
             y = np.flip(y, axis)
-        return [np.ascontiguousarray(y)]
+        return [np.asarray(y, order="C")]
 
     return reference
 
@@ -109,7 +109,7 @@ def _cumprod_grad(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
             acc = dy[j] + nxt
         s[j] = acc
     dx = np.moveaxis(before * s, 0, axis)
-    return [np.ascontiguousarray(np.flip(dx, axis) if a["reverse"] else dx)]
+    return [np.asarray(np.flip(dx, axis) if a["reverse"] else dx, order="C")]
 
 
 def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:

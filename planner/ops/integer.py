@@ -134,7 +134,7 @@ def _reference(row: Row):
         xs = [np.asarray(x) for x in xs]
         shape = np.broadcast_shapes(*(x.shape for x in xs))
         y = np.asarray(row.fn(*xs)).astype(xs[0].dtype)
-        return [np.ascontiguousarray(np.broadcast_to(y, shape))]
+        return [np.array(np.broadcast_to(y, shape), order="C")]
 
     return reference
 

@@ -81,8 +81,8 @@ def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     last = np.moveaxis(x, axis, -1)
     order = _order(last, a["largest"])[..., :a["k"]]
     values = np.take_along_axis(last, order, axis=-1)
-    return [np.ascontiguousarray(np.moveaxis(values, -1, axis)),
-            np.ascontiguousarray(np.moveaxis(order.astype(np.int64), -1, axis))]
+    return [np.asarray(np.moveaxis(values, -1, axis), order="C"),
+            np.asarray(np.moveaxis(order.astype(np.int64), -1, axis), order="C")]
 
 
 def _flops(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:

@@ -135,5 +135,5 @@ def _load(pools, t: TensorPlan, graph: Graph, tensor: str) -> np.ndarray:
 
 def _store(pools, t: TensorPlan, graph: Graph, tensor: str, value: np.ndarray) -> None:
     spec = graph.tensor(tensor)
-    data = np.ascontiguousarray(value.astype(spec.dtype, copy=False).reshape(spec.shape))
+    data = np.asarray(value.astype(spec.dtype, copy=False).reshape(spec.shape), order="C")
     _view(pools, t)[:] = data.reshape(-1).view(np.uint8)

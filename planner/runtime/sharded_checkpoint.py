@@ -110,7 +110,7 @@ def _all_gather(x: np.ndarray, group: Any) -> np.ndarray:
     import torch
     import torch.distributed as dist
 
-    mine = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    mine = torch.from_numpy(np.asarray(x, dtype=np.float32, order="C"))
     parts = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, mine, group=group)
     return torch.cat(parts).numpy()

@@ -423,7 +423,7 @@ def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOpti
     h = hashlib.sha256(graph.model_copy(update={"name": "piece"}).to_json().encode())
     h.update(repr(options).encode())
     for name in sorted(consts):
-        value = np.ascontiguousarray(consts[name])
+        value = np.asarray(consts[name], order="C")
         h.update(f"{name}:{value.dtype}:{value.shape}".encode())
         h.update(value.tobytes())
     return h.hexdigest()

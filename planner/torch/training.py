@@ -194,7 +194,7 @@ class Trainer:
         if len(inputs) != len(self._feeds):
             raise ValueError(f"{what} takes {len(self._feeds)} arrays (the module's inputs, "
                              f"then the labels), got {len(inputs)}")
-        return [_numpy(v, t.dtype) for t, v in zip(self._feeds, inputs, strict=True)]
+        return [_numpy(v, t.dtype, t.name) for t, v in zip(self._feeds, inputs, strict=True)]
 
     def _run(self, arrays: list[np.ndarray], call: Callable[[Any, dict], Any],
              what: str) -> tuple[Any, TorchImport, Any]:
@@ -358,8 +358,8 @@ class Trainer:
                              "a Trainer.state_dict(), or an executor's state_dict to "
                              "Trainer.executor.load_state_dict")
         steps = state["trainer"].get("steps")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"load_state_dict: trainer steps must be an int >= 0, got "
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 2**63:
+            raise ValueError(f"load_state_dict: trainer steps must be an int in [0, 2**63), got "
                              f"{steps!r}")
         self.executor.load_state_dict({k: v for k, v in state.items() if k != "trainer"})
         self.steps = steps
@@ -385,10 +385,22 @@ class Trainer:
                     target.copy_(torch.from_numpy(np.array(array)))
 
 
-def _numpy(v: Any, dtype: str) -> np.ndarray:
+def _numpy(v: Any, dtype: str, name: str = "") -> np.ndarray:
+    """`v` as a C-contiguous array of the feed's dtype (a 0-d array stays 0-d). A cast to an
+    integer or boolean feed that changes a value (a fractional label, one past int32) is
+    refused: PyTorch refuses the dtype, and the cast would train on other labels."""
     if hasattr(v, "detach"):
         v = v.detach().cpu().numpy()
-    return np.ascontiguousarray(np.asarray(v), dtype=dtype)
+    given = np.asarray(v)
+    out = np.asarray(given, dtype=dtype, order="C")
+    if out.dtype.kind in "iub" and given.dtype != out.dtype and given.dtype.kind in "iubf":
+        with np.errstate(invalid="ignore"):
+            changed = out.astype(given.dtype) != given
+        if changed.any():
+            bad = given[changed].reshape(-1)[0].item()
+            raise ValueError(f"feed {name!r} holds {bad!r} ({given.dtype}), which {dtype} "
+                             f"cannot hold; the trainer's feed is {dtype}, as traced")
+    return out
 
 
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
@@ -591,7 +603,7 @@ def _declared(declared: Any, examples: Sequence[Any]) -> tuple[Any, ...]:
 def _torch(a: Any) -> Any:
     import torch
 
-    return a if hasattr(a, "detach") else torch.from_numpy(np.ascontiguousarray(a))
+    return a if hasattr(a, "detach") else torch.from_numpy(np.asarray(a, order="C"))
 
 
 def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:

@@ -332,6 +332,7 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
     first_error: TorchImportError | None = None
     dropouts = [0]
     poisoned: set[str] = set()
+    kernel_shaped: dict[str, str] = {}  # _check
     for call in calls:
         metas[call.name] = call.out
         if call.name in skip:
@@ -358,7 +359,7 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                               _args(dict(call.kwargs), env), shape, dropouts, dtype,
                               call, call.place or call.module, metas)
                 value = RULES[op](ctx)
-            _check(imp, call, value)
+            _check(imp, call, value, kernel_shaped)
             env[call.name] = value
         except Unsupported as e:
             if e.what not in unsupported:
@@ -465,9 +466,10 @@ KERNEL_SHAPE = frozenset({"aten.multilabel_margin_loss.default",
                           "aten.multi_margin_loss.default"})
 
 
-def _check(imp: Importer, call: Call, value: Any) -> None:
+def _check(imp: Importer, call: Call, value: Any, kernel_shaped: dict[str, str]) -> None:
     """The planner's shape for a tensor result is the one torch traced (or, for KERNEL_SHAPE
-    ops, holds as many elements)."""
+    ops, holds as many elements: eager's shape, noted in `kernel_shaped` so that a later node
+    whose traced shape follows torch's instead is refused saying why)."""
     if isinstance(value, Cx) and isinstance(call.out, Value):
         want = (*call.out.shape, 2)
         got = imp.type_of(value.v, call.name).shape
@@ -478,10 +480,18 @@ def _check(imp: Importer, call: Call, value: Any) -> None:
     if isinstance(value, (str, Const)) and isinstance(call.out, Value):
         want = call.out.shape
         got = imp.type_of(value, call.name).shape
-        if got != want and not (str(call.target) in KERNEL_SHAPE
-                                and math.prod(got) == math.prod(want)):
-            raise TorchImportError(f"node {call.name!r} ({call.target}): planner shape "
-                                   f"{list(got)}, torch's {list(want)}")
+        if got == want:
+            return
+        if str(call.target) in KERNEL_SHAPE and math.prod(got) == math.prod(want):
+            kernel_shaped[call.name] = (
+                f"; it reads {call.name!r}, which eager PyTorch shapes {list(got)} where "
+                f"torch's trace says {list(want)} (the meta kernel of {call.target} disagrees "
+                "with its kernel for one sample with reduction='none'): reduce the loss "
+                "('mean', 'sum') or give the input a batch axis, x.reshape(1, -1)")
+            return
+        why = next((kernel_shaped[r] for r in call.reads() if r in kernel_shaped), "")
+        raise TorchImportError(f"node {call.name!r} ({call.target}): planner shape "
+                               f"{list(got)}, torch's {list(want)}{why}")
 
 
 def _outputs(program: Program, env: dict[str, Any], imp: Importer,

@@ -118,7 +118,7 @@ def diagonal_scatter(n: NodeCtx) -> Value:
         inverse = list(np.argsort(d.perm))
         placed = n.emit1("Transpose", [placed], {"perm": [int(k) for k in inverse]})
         mask = mask.transpose(inverse)
-    return n.emit1("Where", [n.const(np.ascontiguousarray(mask), "bool"), placed, x])
+    return n.emit1("Where", [n.const(np.asarray(mask, order="C"), "bool"), placed, x])
 
 
 # ---- matrix products -------------------------------------------------------------------------
