@@ -27,9 +27,11 @@ INF_OR_NAN = {f"{v[0]}.nan{1 if v[1] == 'BatchNorm' else 2}" for v in VARIANTS
 # The cases of the ops the CUDA runtime has (gradient accumulation is the CPU executor's;
 # SGD's dampening and Adam's amsgrad, an update of another arity, are the CPU's too:
 # codegen.backends refuses them on CUDA; so are a sum's and a batch norm gradient's folded
-# Relu and ReluGrad, which only CPU steps make and the CUDA runtime refuses).
+# Relu and ReluGrad, which only CPU steps make and the CUDA runtime refuses, and an update
+# whose momentum or beta1 is a run-time input (a cycled one, planner/torch/optimizers.py).
 CUDA_VARIANTS = [v for v in VARIANTS if v[1] in RUNTIMES["cuda"].ops
-                 and not (v[2].get("dampening") or v[2].get("amsgrad"))
+                 and not (v[2].get("dampening") or v[2].get("amsgrad")
+                          or v[2].get("momentum_input"))
                  and not (v[1] in ("Add", "AddN", "BatchNormGrad") and v[2].get("activation"))]
 
 
