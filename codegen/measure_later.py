@@ -4,7 +4,7 @@ by a child process in the background, and a better plan swapped in between steps
     priced = priced_now(graph, target, feeds)      # kept measurements + the model; no wait
     with watch() as w:                             # what a call plans, provisional or not
         ...plan, build, run...
-    if w.provisional and epoch() > w.epoch:        # measurements done since: plan again
+    if w.provisional and done(w.provisional):      # its measurements are in: plan again
         ...
 
 Why a child process: measuring builds and runs kernels for seconds to minutes (a new CNN's 83
@@ -76,13 +76,16 @@ _Entry = tuple[tuple[Any, ...], dict[str, np.ndarray], str, Any]
 
 @dataclass
 class Watch:
-    """What the plans made inside one `watch()` were priced by: `provisional` when some graph
-    waits on a background job; `epoch` as it was when they were."""
+    """What the plans made inside one `watch()` were priced by: `jobs`, the background jobs
+    they wait on (empty: priced by all they asked); `provisional` while there are any."""
 
-    epoch: int
-    provisional: bool = False
     pending: list[_Entry] = field(default_factory=list)
-    ranged: bool = False  # run on a provisional range plan (ranged_on)
+    jobs: set[str] = field(default_factory=set)
+
+    @property
+    def provisional(self) -> frozenset[str] | None:
+        """The jobs whose end makes these plans worth making again (done()), or None."""
+        return frozenset(self.jobs) if self.jobs else None
 
 
 _LOCK = threading.RLock()
@@ -90,7 +93,6 @@ _QUEUE: list[_Job] = []
 _RUNNING: list[_Job] = []
 _ENDED: set[str] = set()  # job keys whose child exited (measured once per process)
 _KNOWN: set[str] = set()  # job keys queued, running or ended
-_FINISHED = [0]  # jobs ended (the epoch)
 _LOCAL = threading.local()
 
 
@@ -108,7 +110,6 @@ def priced_now(graphs: Sequence[Any], target: Any, feeds: Mapping[str, np.ndarra
         entry = (tuple(graphs), dict(feeds or {}), label, target)
         if current is not None:
             current.pending.append(entry)
-            current.provisional = True
         else:
             _queue([entry])
     return pricing.table
@@ -118,32 +119,41 @@ def priced_now(graphs: Sequence[Any], target: Any, feeds: Mapping[str, np.ndarra
 def watch() -> Iterator[Watch]:
     """Collect what the plans made inside are priced by (Watch); their background
     measurements start as one job when it ends."""
-    w = Watch(epoch=epoch())
+    w = Watch()
     outer = getattr(_LOCAL, "watch", None)
     _LOCAL.watch = w
     try:
         yield w
     finally:
         _LOCAL.watch = outer
-    if w.pending and not _queue(w.pending) and not w.ranged:
-        w.provisional = False  # measured before in this process (or failed): nothing comes
+    if w.pending:
+        key = _queue(w.pending)
+        if key not in _ENDED:  # (ended: measured before in this process; nothing comes)
+            w.jobs.add(key)
 
 
 def current_watch() -> Watch | None:
     return getattr(_LOCAL, "watch", None)
 
 
-def ranged_on(provisional: bool) -> None:
-    """A call run on a range plan that is `provisional` (planned while its measurements were
-    taken): the current watch is then provisional too, planned again with the range."""
+def ranged_on(jobs: frozenset[str] | None) -> None:
+    """A call run on a range plan priced while `jobs` measure (its `provisional`): the
+    current watch waits on them too, and is planned again with the range."""
     current = getattr(_LOCAL, "watch", None)
-    if provisional and current is not None:
-        current.provisional = current.ranged = True
+    if jobs and current is not None:
+        current.jobs |= jobs
 
 
-def _queue(entries: list[_Entry]) -> bool:
-    """Queue one job for `entries` (where the same graphs are not queued or running); False
-    where a job of them ended in this process: their measurements are what they will be."""
+def done(jobs: frozenset[str]) -> bool:
+    """Whether every job of `jobs` has ended (polling the running one)."""
+    with _LOCK:
+        _advance()
+        return jobs <= _ENDED
+
+
+def _queue(entries: list[_Entry]) -> str:
+    """Queue one job for `entries` where the same graphs are not queued, running or ended in
+    this process; the job's key either way."""
     h = hashlib.sha256()
     for graphs, _, _, _ in entries:
         for g in graphs:
@@ -151,20 +161,12 @@ def _queue(entries: list[_Entry]) -> bool:
     key = h.hexdigest()
     with _LOCK:
         if key in _KNOWN:
-            return key not in _ENDED
+            return key
         _KNOWN.add(key)
         label = " and ".join(dict.fromkeys(label for _, _, label, _ in entries))
         _QUEUE.append(_Job(key, [(g, f) for g, f, _, _ in entries], label, entries[0][3]))
         _advance()
-    return True
-
-
-def epoch() -> int:
-    """How many background jobs have ended in this process (polling the running one): a plan
-    made at an earlier epoch while provisional may now be priced better."""
-    with _LOCK:
-        _advance()
-        return _FINISHED[0]
+    return key
 
 
 def pending() -> bool:
@@ -195,7 +197,6 @@ def _advance() -> None:
             return
         _RUNNING.pop()
         _ENDED.add(job.key)
-        _FINISHED[0] += 1
         _ended(job, code)
     if _QUEUE:
         job = _QUEUE.pop(0)

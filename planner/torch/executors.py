@@ -241,9 +241,10 @@ class _Range:
     plan: Any
     package: Any
     choices: Any  # what its step graph was made with (planner.graph.step.StepChoices)
-    # Planned while this host's measurements were taken (codegen/measure_later.py): the epoch
-    # then; past it, the range is planned again by its next call. None: priced by all it asked.
-    provisional: int | None = None
+    # Planned while this host's measurements were taken (codegen/measure_later.py): the jobs
+    # it waits on; once they end, the range is planned again by its next call. None: priced
+    # by all it asked.
+    provisional: frozenset[str] | None = None
 
 
 def _structure(prepared: Any, options: BackendOptions | None) -> str:
@@ -266,17 +267,16 @@ def _in_range(prepared: Any, options: BackendOptions) -> tuple[str, Any, Any, di
     graph at new shapes), the step graph it runs and the executor's concrete schedule; None
     where none does (planner/pipeline/ranges.py re-derives it from the two graphs)."""
     from codegen.concrete import concrete_options
-    from codegen.measure_later import epoch, ranged_on
+    from codegen.measure_later import done, ranged_on
     from planner.pipeline.ranges import covers, outside_range, step_at
 
     shapes = _inputs(prepared)
-    now = epoch()
     for r in sorted(_RANGES.get(_structure(prepared, options), ()),
                     key=lambda r: sum(map(math.prod, r.largest))):
-        if covers(r.largest, shapes) and (r.provisional is None or r.provisional >= now):
+        if covers(r.largest, shapes) and (r.provisional is None or not done(r.provisional)):
             step = step_at(r.choices, prepared)
             if outside_range(r.plan.graph, step) is None:
-                ranged_on(r.provisional is not None)
+                ranged_on(r.provisional)
                 return r.name, r.package, step, concrete_options(r.plan, step)
     return None
 
@@ -295,7 +295,7 @@ def _keep_range(prepared: Any, planned: Any, name: str, package: Any, target: An
         kept = _RANGES.setdefault(_structure(prepared, options), [])
         kept[:] = [r for r in kept if r.largest != largest]  # planned again: the new one
         kept.append(_Range(largest, name, planned, package, choices,
-                           w.epoch if w is not None and w.provisional else None))
+                           w.provisional if w is not None else None))
 
 
 class ExecutorPool:

@@ -86,8 +86,8 @@ class Piece:
         self.options = options
         self.runs: dict[tuple, Any] = {}  # call signature -> _Inference | _Training | None
         # Call signatures planned while this host's measurements of them are taken in the
-        # background (codegen/measure_later.py), with the epoch then.
-        self.provisional: dict[tuple, int] = {}
+        # background (codegen/measure_later.py), with the jobs they wait on.
+        self.provisional: dict[tuple, frozenset[str]] = {}
         self.aliases = output_aliases(gm)
 
     def __call__(self, *args: Any) -> Any:
@@ -101,17 +101,20 @@ class Piece:
         # the graph the planner imports carries that state's casts.
         autocast = (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")))
         key = (tuple(_signature(a) for a in args), needs if any(needs) else (), autocast)
-        if key in self.provisional and self._measured_since(key):
-            # This host's measurements are in: planned again from them (the calls in flight
-            # keep their executors to their backwards).
-            forget(*_executors_of(self.runs.pop(key)))
+        imported = None
+        if key in self.provisional and self._measured(key):
+            # This host's measurements are in: planned again from them, from the same import
+            # (the calls in flight keep their executors to their backwards).
+            old = self.runs.pop(key)
+            imported = getattr(old, "piece", None)
+            forget(*_executors_of(old))
         if key not in self.runs:
             from codegen.measure_later import watch
 
             with watch() as priced:
-                self.runs[key] = self._planned(args, needs if any(needs) else None)
+                self.runs[key] = self._planned(args, needs if any(needs) else None, imported)
             if priced.provisional:
-                self.provisional[key] = priced.epoch
+                self.provisional[key] = priced.provisional
         run = self.runs[key]
         _KEPT[(id(self), key)] = weakref.ref(self)  # (a piece Dynamo lets go is not kept)
         _KEPT.move_to_end((id(self), key))
@@ -124,25 +127,28 @@ class Piece:
             return self.gm(*args)
         return realiased(run(args), self.aliases)
 
-    def _measured_since(self, key: tuple) -> bool:
-        """Whether background measurements ended since `key` was planned provisionally; said
+    def _measured(self, key: tuple) -> bool:
+        """Whether the background measurements `key` was planned without have ended; said
         once per call signature planned again."""
         import sys
 
-        from codegen.measure_later import epoch
+        from codegen.measure_later import done
 
-        if epoch() <= self.provisional[key]:
+        if not done(self.provisional[key]):
             return False
         del self.provisional[key]
         print(f"planner: graph {self.name}: this host's measurements are in; planning it "
               f"again from them for its next calls", file=sys.stderr, flush=True)
         return True
 
-    def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None) -> Any:
+    def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None,
+                 imported: Any = None) -> Any:
         from planner.errors import PlanError, UserError
         from planner.graph.autodiff import AutodiffError
 
         try:
+            if imported is not None:  # planned again: the call's import as it was
+                return _planned_calls(imported, args, needs, self.name, self.options)
             return _plan(self.gm, args, needs, self.name, self.options)
         except (TorchImportError, AutodiffError, UserError, PlanError, ValueError) as e:
             if not self.options.fallback:

@@ -72,8 +72,9 @@ class Built:
     # The shapes of the range plan this one runs on with no build of its own; None: its own.
     within: ShapeKey | None = None
     # Priced in part by the model while this host's measurements of it are taken in the
-    # background (codegen/measure_later.py): the epoch then; None: priced by all it asked.
-    provisional: int | None = None
+    # background (codegen/measure_later.py): the jobs it waits on; None: priced by all it
+    # asked.
+    provisional: frozenset[str] | None = None
 
 
 def key_of(arrays: Sequence[np.ndarray]) -> ShapeKey:
@@ -205,7 +206,7 @@ class Shapes:
     graph checked against the range's, an executor made for it; no planning, measuring or
     build); else, or where the graphs differ, it is planned and built apart."""
 
-    def __init__(self, primary: Built, build: Callable[[Sequence[np.ndarray]], Built],
+    def __init__(self, primary: Built, build: Callable[..., Built],
                  limit: int = DEFAULT_LIMIT, progress: Any = None,
                  within: Callable[[Built, Sequence[np.ndarray]], Built | None] | None = None,
                  examples: Sequence[Any] = ()) -> None:
@@ -230,12 +231,12 @@ class Shapes:
         (codegen/measure_later.py), and the new plan differs: the run's state handed to it,
         the other shapes' executors let go (planned or ranged by the old plan; each is made
         again on its next use); None where nothing changed."""
-        from codegen.measure_later import epoch
+        from codegen.measure_later import done
 
         old = self.primary
-        if old.provisional is None or not self._examples or epoch() <= old.provisional:
+        if old.provisional is None or not self._examples or not done(old.provisional):
             return None
-        new = self._build(self._examples)
+        new = self._build(self._examples, old.imported)
         if new.plan.to_json() == old.plan.to_json():
             self.primary = replace(old, provisional=new.provisional)
             return None

@@ -488,7 +488,8 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
 def _shapes(recipe: Recipe, first: Built, limit: int, examples: Sequence[Any]) -> Shapes:
     """The run's shapes from `first`: others planned as `first` was, or run in its range."""
     traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
-    return Shapes(first, lambda arrays: _build_shape(recipe, arrays), limit=limit,
+    return Shapes(first, lambda arrays, imported=None: _build_shape(recipe, arrays, imported),
+                  limit=limit,
                   within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced),
                   examples=examples)
 
@@ -606,9 +607,10 @@ def _torch(a: Any) -> Any:
     return a if hasattr(a, "detach") else torch.from_numpy(np.asarray(a, order="C"))
 
 
-def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
-    """Export, import, plan, build and load the module for the shapes of `examples` (the
-    module's inputs, then the labels); the executor starts from the module's own values."""
+def _build_shape(recipe: Recipe, examples: Sequence[Any], imported: Any = None) -> Built:
+    """Export, import (unless given the import at these shapes: planned again), plan, build
+    and load the module for the shapes of `examples` (the module's inputs, then the labels);
+    the executor starts from the module's own values."""
     from codegen.cached import load_built
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
@@ -620,7 +622,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
         from planner.torch.settings import same_shapes
 
         same_shapes([tuple(v.shape) for v in examples], "plan")
-    imported = _imported(recipe, examples)
+    imported = imported or _imported(recipe, examples)
     chosen = recipe.target
     prepared = prepare(imported.graph, recipe.graph_options)
     if recipe.torch_optimizer is not None:  # before anything is built for it
@@ -664,7 +666,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any]) -> Built:
                  plan=planned, package=package, executor=executor, target=chosen, table=table,
                  feeds=_feeds(imported, graph), choices=_range_choices(recipe, prepared, table,
                                                                        graph),
-                 provisional=priced.epoch if priced.provisional else None)
+                 provisional=priced.provisional)
 
 
 def _feeds(imported: TorchImport, graph: Any) -> tuple[Any, ...]:

@@ -63,7 +63,7 @@ def test_the_first_plan_waits_for_no_measurement_and_the_measured_one_comes_betw
     t = trainer(model, [x], F.cross_entropy, y, optimizer="sgd", lr=0.05, momentum=0.9,
                 costs="background")
     first = t.shapes.primary
-    assert first.provisional == 0                        # planned before anything was measured
+    assert first.provisional                             # planned before anything was measured
     assert not first.plan.summary.measured_signatures    # priced by the model alone
     losses = [t.step(x, y) for _ in range(3)]
     measure_later.wait(600)
