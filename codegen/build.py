@@ -289,6 +289,15 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
                          "the CUDA one")
     root = runtime_folder(backend, arch, sanitize, compiler)
     module = RUNTIMES[backend].module
+    if root.is_dir():
+        # An intact build needs no lock (its record is written last): held, a build's lock
+        # made every plan wait on the holder, a background measurement at nice 19 starved by
+        # the very process waiting (codegen/measure_later.py). Marked used first, so no prune
+        # removes it between the check and the use.
+        mark_used(root)
+        kept = kept_runtime(root, module)
+        if kept is not None:
+            return kept
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(_locked(

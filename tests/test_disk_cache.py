@@ -122,14 +122,15 @@ def test_cache_list_and_prune_commands(cache, capsys):
 
 
 def test_a_wait_on_another_processs_runtime_build_is_said(tmp_path, monkeypatch):
-    """The kernel library's lock held elsewhere (another process building it): the wait is said
-    in one line before it starts; once free, the kept runtime is used silently."""
+    """The kernel library's lock held elsewhere (another process building it, no intact build
+    there yet): the wait is said in one line before it starts; once the other process has
+    built it and let go, the kept runtime is used silently. (An intact build is used with no
+    lock taken: a holder never stalls a process that only reads it.)"""
     from codegen.build import build_runtime
 
     real = build_runtime(progress=lambda s: None)  # built once per host, as every executor's
     monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
     root = real.parent.parent
-    (tmp_path / root.name).symlink_to(root)
     said: list[str] = []
     with open_lock(tmp_path / f"{root.name}.lock") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
@@ -138,6 +139,7 @@ def test_a_wait_on_another_processs_runtime_build_is_said(tmp_path, monkeypatch)
         deadline = time.time() + 30
         while not said and time.time() < deadline:
             time.sleep(0.05)
+        (tmp_path / root.name).symlink_to(root)  # the other process's build, done
         fcntl.flock(held, fcntl.LOCK_UN)
     waiter.join(60)
     assert len(said) == 2 and said[0].startswith("waiting for another process building the "

@@ -224,15 +224,17 @@ class Shapes:
         self.planned = 1  # shapes planned and built so far in this run (a new one counts)
         self.last = primary
         self._examples = tuple(examples)  # the primary's, to plan it again (refined)
+        self._arrays: dict[ShapeKey, tuple[Any, ...]] = {}  # those of shapes planned apart
 
     def refined(self) -> Built | None:
         """The primary planned again, where it was priced in part by the model while this
         host's measurements were taken in the background and they are in now
         (codegen/measure_later.py), and the new plan differs: the run's state handed to it,
-        the other shapes' executors let go (planned or ranged by the old plan; each is made
-        again on its next use); None where nothing changed."""
+        the executors of shapes run on the old plan's build let go (each made again on the
+        new one's at its next use); None where nothing changed."""
         from codegen.measure_later import done
 
+        self._refine_others()
         old = self.primary
         if old.provisional is None or not self._examples or not done(old.provisional):
             return None
@@ -242,7 +244,10 @@ class Shapes:
             return None
         hand_over(old, new)
         self.primary = self.last = new
-        self._others.clear()
+        # Shapes run on the old plan's build are run on the new one's from their next step;
+        # shapes planned apart keep their plans (each hands the run's state over by name).
+        for key in [k for k, b in self._others.items() if b.within == old.key]:
+            del self._others[key]
         return new
 
     def kept(self) -> list[ShapeKey]:
@@ -267,7 +272,8 @@ class Shapes:
                       f"({spell(self.primary.key)}): planning and building shapes up to "
                       f"{spell(grown)} once, and running these in their range",
                       file=self._progress, flush=True)
-                ranged = self._build(widened(arrays, grown))
+                self._arrays[grown] = widened(arrays, grown)
+                ranged = self._build(self._arrays[grown])
                 self.planned += 1
                 self._keep(grown, ranged)
                 built = self._in_range(key, arrays)
@@ -275,9 +281,26 @@ class Shapes:
             print(f"trainer: new input shapes {spell(key)} (planned for "
                   f"{spell(self.primary.key)}): planning and building them once, kept for "
                   f"later steps", file=self._progress, flush=True)
+            self._arrays[key] = tuple(arrays)
             built = self._build(arrays)
             self.planned += 1
         return self._keep(key, built)
+
+    def _refine_others(self) -> None:
+        """The shapes planned apart while their measurements were taken in the background,
+        planned again once they are in (their executors hold no run state: it is handed to
+        them at each step), and the shapes run on their builds let go."""
+        from codegen.measure_later import done
+
+        for key, built in list(self._others.items()):
+            if (built.within is not None or built.provisional is None
+                    or key not in self._arrays or not done(built.provisional)):
+                continue
+            new = self._build(self._arrays[key], built.imported)
+            self._others[key] = new if new.plan.to_json() != built.plan.to_json() else \
+                replace(built, provisional=new.provisional)
+            for other in [k for k, b in self._others.items() if b.within == key]:
+                del self._others[other]
 
     def _ranges(self) -> list[ShapeKey]:
         return [b.key for b in (self.primary, *self._others.values())
@@ -293,6 +316,7 @@ class Shapes:
             old = next((k for k, b in self._others.items() if b.within is not None),
                        next(iter(self._others)))
             del self._others[old]
+            self._arrays.pop(old, None)
             if not self.drop_told:  # once: shapes that keep changing would say it each step
                 self.drop_told = True
                 print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
@@ -329,8 +353,24 @@ class Shapes:
               f"its plan", file=self._progress, flush=True)
 
     def add(self, arrays: Sequence[np.ndarray]) -> Built:
-        """Plan and build the shapes of `arrays` now (declared up front)."""
-        return self.get(arrays)
+        """Plan and build the shapes of `arrays` now (declared up front): a range of exactly
+        these shapes where no kept range holds them (not rounded up as a shape met in the
+        run is: a declared length is the data's longest, and a power of two past it may be a
+        graph of its own, a positional table's whole slice)."""
+        key = key_of(arrays)
+        if key == self.primary.key or key in self._others:
+            return self.get(arrays)
+        self._check_ranks(arrays)
+        self.distinct.add(key)
+        built = self._in_range(key, arrays)
+        if built is None:
+            print(f"trainer: shapes {spell(key)} declared: planning and building them once, "
+                  f"every smaller shape running in their range", file=self._progress,
+                  flush=True)
+            self._arrays[key] = tuple(arrays)
+            built = self._build(arrays)
+            self.planned += 1
+        return self._keep(key, built)
 
     def _check_ranks(self, arrays: Sequence[np.ndarray]) -> None:
         for t, a in zip(self.primary.feeds, arrays, strict=True):

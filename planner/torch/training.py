@@ -248,6 +248,7 @@ class Trainer:
         following the run."""
         old = self.shapes.primary
         if old.provisional is None:
+            self.shapes.refined()  # shapes planned apart, while their measurements come in
             return
         if self._viewed:
             if not self._viewed_told:
