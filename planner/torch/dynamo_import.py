@@ -109,6 +109,7 @@ def _decomposed(program: Any) -> Any:
 # dynamic dimension), each traced once for every size (planner/importers/torch/specialize.py);
 # None: not symbolic, or torch could not trace it so.
 _SYMBOLIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TRACED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
@@ -117,6 +118,12 @@ def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> 
     from planner.importers.torch.record import OutsideTrace
 
     if gm not in _SYMBOLIC:
+        # Its first call traced as it is: a symbolic trace costs several (a small CNN's: 14-18
+        # s on the 2-core VM, against ~2), and a graph Dynamo made dynamic for one more size
+        # (a last, smaller batch) may never see a third.
+        if gm not in _TRACED_ONCE:
+            _TRACED_ONCE[gm] = True
+            return None
         sources = _size_sources(gm, args, tensor_at)
         _SYMBOLIC[gm] = None if sources is None else _symbolic_trace(gm, args, tensor_at,
                                                                       sources)
@@ -226,8 +233,10 @@ def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
                 out = _GradRegions(self.gm).run(*full)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
+    from planner.importers.torch.quiet_log import quiet_torch_logs
+
     examples = tuple(args[k].detach() for k in tensor_at)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_torch_logs():
         warnings.simplefilter("ignore")
         try:
             dims = tuple({d: torch.export.Dim.AUTO for d in range(t.dim())} for t in examples)
