@@ -439,9 +439,9 @@ def host_table(graphs: Sequence[Graph], target: Target, measure: Measure,
 
 class KeptPricing(Record):
     """What `kept_pricing` found: the table a plan is priced by now (the host's kept
-    measurements; the analytical model for the rest), the signatures the store lacks (or
-    holds from a busy machine while this one is quiet) and whether the step's contention
-    figures are to be fitted: what measuring later (codegen/measure_later.py) would add."""
+    measurements; the analytical model for the rest), the signatures the store lacks and
+    whether the step's contention figures were never fitted: what measuring later
+    (codegen/measure_later.py) would add."""
 
     table: CostTable
     unmeasured: tuple[str, ...] = ()
@@ -458,10 +458,13 @@ def kept_pricing(graphs: Sequence[Graph], target: Target, kernels: str = "") -> 
     wanted = unique_signatures([s for g in graphs for s in profiled_signatures(g, blocked)])
     store, _ = _read_store(store_path(target, kernels), target.name)
     step = step_key(graphs[0])
-    now = load_now()
-    fit = store.to_fit(step, now) and not any(n.op in COLLECTIVE_OPS for n in graphs[0].nodes)
+    # What the store lacks, not what it holds from a busy machine: measured beside the run
+    # that asks (a child of a training process), a busy entry would come out busy again, and
+    # each run would plan anew from it (a quiet `planner plan --costs measured` refreshes it).
+    fit = store.to_fit(step, BUSY + 1.0) and not any(n.op in COLLECTIVE_OPS
+                                                    for n in graphs[0].nodes)
     return KeptPricing(table=store.for_signatures(wanted, step),
-                       unmeasured=tuple(s.key for s in store.to_measure(wanted, now)),
+                       unmeasured=tuple(s.key for s in store.to_measure(wanted, BUSY + 1.0)),
                        fit=fit and target.cores > 1)
 
 
