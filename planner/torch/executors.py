@@ -106,7 +106,10 @@ class _Feeds:
         return feeds
 
     def examples(self, args: Sequence[Any]) -> dict[str, np.ndarray]:
-        feeds = {n: _in_place(a).cpu().numpy() for n, a in zip(self.inputs, args, strict=True)
+        from planner.importers.torch.record import to_numpy
+
+        # (to_numpy: a bfloat16 tensor through its bits, which torch's .numpy() refuses)
+        feeds = {n: to_numpy(_in_place(a)) for n, a in zip(self.inputs, args, strict=True)
                  if n}
         if self.draws:
             feeds[RNG_STEP] = np.array(0, dtype=np.int64)

@@ -7,6 +7,7 @@ eagerly in silence."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -105,3 +106,24 @@ def test_a_frame_dynamo_skips_is_told_once():
     assert "test_backend_edges.py" in told[0]
     assert "GRU(4, 5, batch_first=True)" in told[0] and "runs eagerly" in told[0]
     torch.testing.assert_close(out, model(x))
+
+
+def test_a_module_cast_to_bfloat16_is_planned_and_matches_eager():
+    # Its example feeds converted by their bits (torch's .numpy() refuses bfloat16): a
+    # TypeError out of the fallback before. Both sides round every result to bfloat16 (8
+    # bits of mantissa: a relative step of 2^-8); sums of 8 products accumulate in float32 on
+    # both, so results and gradients agree to a few bfloat16 steps.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2)).to(torch.bfloat16)
+    reference = copy.deepcopy(model)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    compiled = torch.compile(model, backend="planner", options={"costs": "analytical",
+                                                                "fallback": False})
+    out = compiled(x)
+    want = reference(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), want.float(), rtol=3e-2, atol=3e-2)
+    out.float().sum().backward()
+    want.float().sum().backward()
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a.grad.float(), b.grad.float(), rtol=3e-2, atol=3e-2)
