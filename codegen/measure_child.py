@@ -2,13 +2,12 @@
 priority, what this host's store lacks for each group of graphs a parent left in FOLDER, and
 keeps it there (planner.costs.host_costs.host_table, as a plan measuring first would).
 
-    python -m codegen.measure_child FOLDER PARENT_PID [AFTER_PID]
+    python -m codegen.measure_child FOLDER PARENT_PID
 
 FOLDER holds target.json and, per group k, groupK.graphI.json (its priced graphs, the step's
 first) and groupK.feeds.npz (example feeds for the contention fit). The folder is removed at
 the end; on failure it is left, with log.txt, for the parent to read, unless the parent is
-gone. AFTER_PID: a child started as its parent ended, which waits for that process (the
-child before it) to end first.
+gone.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -52,8 +50,6 @@ def main(argv: list[str]) -> int:
     # The lowest priority, set here rather than between the parent's fork and exec
     # (preexec_fn), which is unsafe in a process running threads (its OpenMP teams).
     os.nice(19)
-    if len(argv) > 2:  # queued when its parent ended: after the child before it, not beside
-        _wait_for(int(argv[2]))
     try:
         measure(folder)
     except BaseException:  # noqa: BLE001 - told to the parent through the log
@@ -63,18 +59,6 @@ def main(argv: list[str]) -> int:
             return 1
     shutil.rmtree(folder, ignore_errors=True)
     return 0
-
-
-def _wait_for(pid: int) -> None:
-    """Until process `pid` has ended."""
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:  # alive, another user's: it is not ours to wait on
-            return
-        time.sleep(0.5)
 
 
 if __name__ == "__main__":

@@ -204,24 +204,21 @@ def _advance() -> None:
         _RUNNING.append(job)
 
 
-def _start(job: _Job, after: int | None = None) -> None:
-    """The job's child: its graphs, target and feeds in a folder it removes when done; with
-    `after`, a child that first waits for that process (another job's child) to end."""
+def _start(job: _Job) -> None:
+    """The job's child: its graphs, target and feeds in a folder it removes when done."""
     job.folder = Path(tempfile.mkdtemp(prefix="planner-measure-"))
     for k, (graphs, feeds) in enumerate(job.groups):
         for i, g in enumerate(graphs):
             (job.folder / f"group{k}.graph{i}.json").write_text(g.to_json(), encoding="utf-8")
         np.savez(job.folder / f"group{k}.feeds.npz", **feeds)
     (job.folder / "target.json").write_text(job.target.to_json(), encoding="utf-8")
-    if after is None:
-        print(f"planner: measuring this host's kernels for {job.label} in the background (a "
-              f"child at low priority); planned for now from what the host kept, the measured "
-              f"plan comes in between steps", file=sys.stderr, flush=True)
+    print(f"planner: measuring this host's kernels for {job.label} in the background (a child "
+          f"at low priority); planned for now from what the host kept, the measured plan "
+          f"comes in between steps", file=sys.stderr, flush=True)
     log = open(job.folder / "log.txt", "w")  # noqa: SIM115 - the child's, closed with it
     try:
         job.process = subprocess.Popen(
-            [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid()),
-             *([str(after)] if after is not None else [])],
+            [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "PLANNER_MEASURE": "first"})
     finally:
@@ -244,19 +241,12 @@ def _ended(job: _Job, code: int) -> None:
 
 @atexit.register
 def _at_exit() -> None:
-    """A job still running finishes alone, and the queued ones after it, one child waiting
-    for the one before (each keeps what it measures for the next process)."""
+    """A job still running finishes alone (it keeps what it measures for the next process);
+    queued ones are left to the next process that needs them."""
     with _LOCK:
         _advance()
-        running = [j for j in _RUNNING if j.process is not None]
-        after = running[0].process.pid if running else None
-        for job in _QUEUE:
-            _start(job, after)
-            after = job.process.pid
-        going = running + _QUEUE
-        if going:
-            print(f"planner: measuring {' and '.join(j.label for j in going)} goes on in the "
-                  f"background (pid {', '.join(str(j.process.pid) for j in going)}, low "
-                  f"priority, one after another) and is kept for the next run",
+        if _RUNNING and _RUNNING[0].process is not None:
+            print(f"planner: measuring {_RUNNING[0].label} goes on in the background (pid "
+                  f"{_RUNNING[0].process.pid}, low priority) and is kept for the next run",
                   file=sys.stderr, flush=True)
         _QUEUE.clear()
