@@ -177,8 +177,8 @@ def pending() -> bool:
 
 
 def wait(timeout: float | None = None) -> None:
-    """Wait for every queued job to end (tests, and `planner.torch`'s measure="first"
-    after the fact)."""
+    """Wait for every queued job to end (a test's, or a script that wants the measured
+    plans before its next step)."""
     import time
 
     end = None if timeout is None else time.monotonic() + timeout
