@@ -3,7 +3,7 @@ script in a fresh process (bench/first_step_loop.py), timed from before the proc
 
     python bench/bench_first_step.py [--workloads cnn,text] [--restarts 3]
         [--engines eager,inductor,inductor-dynamic,planner,trainer] [--text-steps 200]
-        [--neighbours 0] [--cold | --new-host] [--quick]
+        [--neighbours 0] [--cold | --new-host] [--quick] [--device cpu|cuda]
 
 Columns: time to the first step's end, the whole script's wall time (compile included), the
 median of the second half of the steps (steady), the child's peak RSS, and the executor
@@ -19,6 +19,8 @@ holding only the kernel library, one per engine and workload (a host that has me
 nothing: the planner's first plans
 are priced by the model while a child measures, codegen/measure_later.py). The last column is
 how long that child went on after the script ended (waited for before the next cell).
+`--device cuda` runs PyTorch's engines on the GPU and the trainer for `target="gpu"` (the
+backend is the host's only: not run there).
 `--neighbours N` runs N processes of 2-thread float32 matmuls beside every run
 (bench/bench_neighbours.py's). The load average is printed before and after.
 """
@@ -45,12 +47,14 @@ def packages(cache: Path) -> set[str]:
     return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
 
 
-def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict) -> dict:
+def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict,
+             device: str = "cpu") -> dict:
     """One fresh process: its RESULT line, timed from before it started."""
     cache = Path(env["PLANNER_CACHE"])
     before = packages(cache)
     cmd = [sys.executable, str(HERE / "first_step_loop.py"), "--workload", workload,
-           "--engine", engine, "--steps", str(steps)] + (["--quick"] if quick else [])
+           "--engine", engine, "--steps", str(steps), "--device", device] + (
+               ["--quick"] if quick else [])
     start = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     end = time.time()
@@ -121,8 +125,12 @@ def main() -> None:
                                          "library)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: fewer batches and steps")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: PyTorch on the GPU, the trainer for target='gpu'")
     args = parser.parse_args()
     engines = args.engines.split(",")
+    if args.device == "cuda":
+        engines = [e for e in engines if e != "planner"]
     env = dict(os.environ)
     env.pop("PLANNER_COSTS", None)  # the default a user gets: measured on this host
     if args.cold:
@@ -139,7 +147,7 @@ def main() -> None:
 
     busy = neighbours(args.neighbours) if args.neighbours else []
     print(f"load average before: {os.getloadavg()}; neighbours: {args.neighbours}; "
-          f"cold: {args.cold}", flush=True)
+          f"cold: {args.cold}; device: {args.device}", flush=True)
     try:
         for workload in args.workloads.split(","):
             steps = args.text_steps if workload == "text" else 0
@@ -147,7 +155,7 @@ def main() -> None:
             for engine in engines:
                 if args.new_host:  # each engine's first process on a host of its own
                     env["PLANNER_CACHE"] = new_host()
-                rows.append(run_once(workload, engine, steps, args.quick, env))
+                rows.append(run_once(workload, engine, steps, args.quick, env, args.device))
                 print(f"  {workload} {engine}: {rows[-1]}", flush=True)
             print(table(f"{workload} (one process each)", rows), flush=True)
         if args.restarts > 1:
@@ -155,7 +163,7 @@ def main() -> None:
             for engine in engines:
                 if args.new_host:
                     env["PLANNER_CACHE"] = new_host()
-                runs = [run_once("cnn", engine, 0, args.quick, env)
+                runs = [run_once("cnn", engine, 0, args.quick, env, args.device)
                         for _ in range(args.restarts)]
                 firsts = [f"{r['first_step_s']:.1f}" if "error" not in r else "error"
                           for r in runs]

@@ -3,9 +3,15 @@ fresh process, it prints one JSON line of what it saw (the first step's end and 
 time as time.time(), so the parent measures from before the process started).
 
     python bench/first_step_loop.py --workload cnn|text --engine ENGINE [--steps N] [--quick]
+        [--device cpu|cuda]
 
 ENGINE: eager | inductor | inductor-dynamic | planner (torch.compile(model, backend="planner"))
 | trainer (planner.torch.trainer).
+
+`--device cuda`: PyTorch's engines run the module and its batches on the GPU (each step's end
+waits for the GPU); the trainer keeps the module where users make it and plans for
+`target="gpu"` (the CUDA executor: batches copied in, the loss copied back). The backend runs
+on the host only: `planner` is refused there.
 
 Workloads, written as users write them:
 
@@ -150,12 +156,17 @@ def text_batches(steps: int, quick: bool):
 
 
 class Clock:
-    """Each step's end (time.time()), the first one flagged."""
+    """Each step's end (time.time()); on a GPU after the work queued so far has ended."""
 
-    def __init__(self):
+    def __init__(self, device: str = "cpu"):
         self.ends: list[float] = []
+        self.device = device
 
     def tick(self):
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
         self.ends.append(time.time())
 
 
@@ -166,7 +177,8 @@ def run_eager_like(args, clock) -> dict:
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    model = cnn_model() if args.workload == "cnn" else text_model()
+    dev = args.device
+    model = (cnn_model() if args.workload == "cnn" else text_model()).to(dev)
 
     def compiled(m):
         if args.engine == "eager":
@@ -186,6 +198,7 @@ def run_eager_like(args, clock) -> dict:
         for _ in range(2):
             for x, y in loader:
                 model.train()
+                x, y = x.to(dev), y.to(dev)
                 loss = F.cross_entropy(net(x), y)
                 opt.zero_grad()
                 loss.backward()
@@ -197,18 +210,18 @@ def run_eager_like(args, clock) -> dict:
                 if step % 4 == 0:
                     model.eval()
                     with torch.no_grad():
-                        float(F.cross_entropy(net(vx), vy))
+                        float(F.cross_entropy(net(vx.to(dev)), vy.to(dev)))
         # The checkpoint, and a resume in a fresh model and optimizer.
         path = Path(tempfile.mkdtemp()) / "ckpt.pt"
         torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
-        again = cnn_model()
+        again = cnn_model().to(dev)
         opt2 = adamw(again, 1e-3)
         saved = torch.load(path)
         again.load_state_dict(saved["model"])
         opt2.load_state_dict(saved["opt"])
         net2 = compiled(again)
         for x, y in list(loader)[:2]:
-            loss = F.cross_entropy(net2(x), y)
+            loss = F.cross_entropy(net2(x.to(dev)), y.to(dev))
             opt2.zero_grad()
             loss.backward()
             opt2.step()
@@ -216,6 +229,7 @@ def run_eager_like(args, clock) -> dict:
         return {"loss": float(loss)}
     opt = adamw(model, 3e-4)
     for tokens, keep, y in text_batches(args.steps, args.quick):
+        tokens, keep, y = tokens.to(dev), keep.to(dev), y.to(dev)
         loss = F.cross_entropy(net(tokens, keep), y)
         opt.zero_grad()
         loss.backward()
@@ -233,6 +247,7 @@ def run_trainer(args, clock) -> dict:
     from planner.torch import trainer
 
     torch.manual_seed(0)
+    target = "gpu" if args.device == "cuda" else "host"
     if args.workload == "cnn":
         model = cnn_model()
         loader, (vx, vy) = cnn_data(args.quick)
@@ -240,7 +255,7 @@ def run_trainer(args, clock) -> dict:
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2 * len(loader))
         x0, y0 = next(iter(loader))
         t = trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer=opt,
-                    clip_grad_norm=1.0)
+                    clip_grad_norm=1.0, target=target)
         step = 0
         for _ in range(2):
             for x, y in loader:
@@ -254,7 +269,7 @@ def run_trainer(args, clock) -> dict:
         again = cnn_model()
         opt2 = adamw(again, 1e-3)
         t2 = trainer(again, (x0,), loss=F.cross_entropy, labels=y0, optimizer=opt2,
-                     clip_grad_norm=1.0)
+                     clip_grad_norm=1.0, target=target)
         t2.executor.load_state_dict(ckpt)
         for x, y in list(loader)[:2]:
             loss = t2.step(x, y)
@@ -267,7 +282,8 @@ def run_trainer(args, clock) -> dict:
     tokens, keep, y = batches[0]
     # The range declared up front: the longest sequence a batch may bring.
     t = trainer(model, (tokens, keep), loss=F.cross_entropy, labels=y, optimizer=opt,
-                shapes=[(tokens.new_ones(8, longest), keep.new_ones(8, longest), y)])
+                shapes=[(tokens.new_ones(8, longest), keep.new_ones(8, longest), y)],
+                target=target)
     for tokens, keep, y in batches:
         loss = t.step(tokens, keep, y)
         clock.tick()
@@ -281,8 +297,11 @@ def main() -> None:
                         choices=("eager", "inductor", "inductor-dynamic", "planner", "trainer"))
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
-    clock = Clock()
+    if args.device == "cuda" and args.engine == "planner":
+        parser.error("--device cuda: the planner backend runs on the host only")
+    clock = Clock(args.device)
     run = run_trainer if args.engine == "trainer" else run_eager_like
     out = run(args, clock)
     steps = [b - a for a, b in zip(clock.ends, clock.ends[1:], strict=False)]
