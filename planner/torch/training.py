@@ -654,7 +654,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any], imported: Any = None) 
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
     name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
     package, _ = load_built(planned, recipe.out_dir, name, progress=_say)
-    executor = package.Executor(adaptive=recipe.adaptive)
+    executor = _new_executor(package, recipe)
     start_params = {**init_params(graph), **imported.params()}
     if recipe.shard_parameters:  # ZeRO-3: this rank's shards of them
         import torch.distributed as dist
@@ -687,11 +687,25 @@ def _range_choices(recipe: Recipe, prepared: Any, table: Any, step: Any) -> Any:
     for a data-parallel plan (rank 0's, every rank's shapes checked alike: planned apart) or
     where the choices do not give the plan's graph again."""
     from planner.pipeline.ranges import range_choices
+    from planner.target.backends import traits
 
-    if recipe.ranks > 1:
+    # The CUDA executor runs its plan's own shapes only (no concrete smaller ones): each
+    # shape is planned apart there.
+    if recipe.ranks > 1 or not traits(recipe.target).host_cores:
         return None
     return range_choices(prepared, step, recipe.target, recipe.plan_options.data_parallel,
                          table)
+
+
+def _new_executor(package: Any, recipe: Recipe, **concrete: Any) -> Any:
+    """An executor of `package`: on the CPUs switching to the plan's variants by load unless
+    the trainer said not (`adaptive`), at a range plan's `concrete` shapes; the CUDA executor
+    takes its streams from the plan and has neither."""
+    from planner.target.backends import traits
+
+    if traits(recipe.target).host_cores:
+        return package.Executor(adaptive=recipe.adaptive, **concrete)
+    return package.Executor()
 
 
 # Shapes whose traced graphs a trainer keeps (KBs each), so that a shape whose executor was let
@@ -728,8 +742,7 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
               f"of the plan for {spell(ranged.key)} ({problem}): planned apart",
               file=sys.stderr, flush=True)
         return None
-    executor = ranged.package.Executor(adaptive=recipe.adaptive,
-                                       **concrete_options(ranged.plan, step))
+    executor = _new_executor(ranged.package, recipe, **concrete_options(ranged.plan, step))
     executor.load_params({**init_params(step), **imported.params()})
     return Built(key=_key(imported, step, examples), imported=imported, graph=step,
                  plan=ranged.plan, package=ranged.package, executor=executor,
