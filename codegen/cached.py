@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,12 @@ from planner.errors import UserError
 from planner.io.disk_cache import mark_used, max_bytes, packages_root, prune
 from planner.io.write import folder_lock
 from planner.plan import Plan
+
+
+def package_name(plan: Plan, prefix: str) -> str:
+    """The name a door gives `plan`'s package: `prefix` and the plan's digest, so that the same
+    plan is found by any process (and by the background child that built it ahead)."""
+    return prefix + hashlib.sha256(plan.to_json().encode()).hexdigest()[:16]
 
 
 def load_built(plan: Plan, folder: Path | None, name: str,

@@ -16,6 +16,12 @@ it measures in the host's store (planner.costs.host_costs: atomic writes, a lock
 writers) and, if the script ends first, finishes alone, so the next process plans from it.
 Each job is one call's graphs (a piece's forward and backward together), one at a time.
 
+What the child measured, it also plans and builds (`Replan`: the graph, the plan's options,
+the package's name prefix, from the door that asked): the next process, planning the same
+graph from the same store, makes the same plan and finds its package by name, building
+nothing. Jobs still queued when the script ends go to one more child, which waits for the
+running one to end first: the host keeps all a run asked for.
+
 What a swap means for the bits (docs/training.md, Reproducibility): a run's bits follow its
 plan; a run that swaps runs the provisional plan up to the step it names, the measured one
 after. Once the host keeps a step's measurements, every later run plans from them from its
@@ -40,8 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from planner.costs.records import CostTable
+from planner.ir.graph import Graph
+from planner.pipeline.options import PlanOptions
 
 MEASURE_MODES = ("background", "first")
 
@@ -57,21 +66,38 @@ def measure_mode() -> str:
     return mode
 
 
+class Replan(BaseModel):
+    """What a door plans once the host holds its graph's measurements, so that the child
+    plans and builds it ahead of the next process: `plan(graph, target, table, options,
+    evaluation=evaluation)`, priced as the door prices it (priced_graphs with the same
+    options), its package named `codegen.cached.package_name(plan, prefix)` in the cache's
+    shared packages folder."""
+
+    model_config = ConfigDict(frozen=True)
+    graph: Graph
+    options: PlanOptions = PlanOptions()
+    evaluation: bool = True
+    prefix: str
+
+
 @dataclass
 class _Job:
     """One background measurement: the groups of graphs (each a plan's priced graphs, with
-    example feeds for its contention fit) a child process measures."""
+    example feeds for its contention fit) a child process measures, and what it plans and
+    builds from them after (`replans`)."""
 
     key: str
     groups: list[tuple[tuple[Any, ...], dict[str, np.ndarray]]]
     label: str
     target: Any
+    replans: list[Replan] = field(default_factory=list)
     folder: Path | None = None
     process: subprocess.Popen | None = None
 
 
-# What one plan leaves to measure: its priced graphs, example feeds, a label, the target.
-_Entry = tuple[tuple[Any, ...], dict[str, np.ndarray], str, Any]
+# What one plan leaves to measure: its priced graphs, example feeds, a label, the target, and
+# the plan to make from them (None: the door's own folder, not the shared cache).
+_Entry = tuple[tuple[Any, ...], dict[str, np.ndarray], str, Any, Replan | None]
 
 
 @dataclass
@@ -97,17 +123,18 @@ _LOCAL = threading.local()
 
 
 def priced_now(graphs: Sequence[Any], target: Any, feeds: Mapping[str, np.ndarray] | None,
-               label: str) -> CostTable:
+               label: str, then: Replan | None = None) -> CostTable:
     """The table `graphs` (planner.pipeline.priced_graphs) are priced by now: what this host
     kept (planner.costs.host_costs.kept_pricing); what it lacks is measured in the background
-    (queued with the current `watch`, started when it ends, or now outside one)."""
+    (queued with the current `watch`, started when it ends, or now outside one), and `then`
+    planned and built after it."""
     from codegen.build import runtime_key
     from planner.costs.host_costs import kept_pricing
 
     pricing = kept_pricing(graphs, target, kernels=runtime_key())
     if pricing.unmeasured or pricing.fit:
         current = getattr(_LOCAL, "watch", None)
-        entry = (tuple(graphs), dict(feeds or {}), label, target)
+        entry = (tuple(graphs), dict(feeds or {}), label, target, then)
         if current is not None:
             current.pending.append(entry)
         else:
@@ -155,7 +182,7 @@ def _queue(entries: list[_Entry]) -> str:
     """Queue one job for `entries` where the same graphs are not queued, running or ended in
     this process; the job's key either way."""
     h = hashlib.sha256()
-    for graphs, _, _, _ in entries:
+    for graphs, *_ in entries:
         for g in graphs:
             h.update(g.to_json().encode())
     key = h.hexdigest()
@@ -163,8 +190,9 @@ def _queue(entries: list[_Entry]) -> str:
         if key in _KNOWN:
             return key
         _KNOWN.add(key)
-        label = " and ".join(dict.fromkeys(label for _, _, label, _ in entries))
-        _QUEUE.append(_Job(key, [(g, f) for g, f, _, _ in entries], label, entries[0][3]))
+        label = " and ".join(dict.fromkeys(label for _, _, label, _, _ in entries))
+        _QUEUE.append(_Job(key, [(g, f) for g, f, *_ in entries], label, entries[0][3],
+                           [r for *_, r in entries if r is not None]))
         _advance()
     return key
 
@@ -204,21 +232,27 @@ def _advance() -> None:
         _RUNNING.append(job)
 
 
-def _start(job: _Job) -> None:
-    """The job's child: its graphs, target and feeds in a folder it removes when done."""
+def _start(job: _Job, after: int | None = None) -> None:
+    """The job's child: its graphs, target, feeds and replans in a folder it removes when
+    done; with `after`, a child that first waits for that process (the running job's child)
+    to end."""
     job.folder = Path(tempfile.mkdtemp(prefix="planner-measure-"))
     for k, (graphs, feeds) in enumerate(job.groups):
         for i, g in enumerate(graphs):
             (job.folder / f"group{k}.graph{i}.json").write_text(g.to_json(), encoding="utf-8")
         np.savez(job.folder / f"group{k}.feeds.npz", **feeds)
+    for k, replan in enumerate(job.replans):
+        (job.folder / f"replan{k}.json").write_text(replan.model_dump_json(), encoding="utf-8")
     (job.folder / "target.json").write_text(job.target.to_json(), encoding="utf-8")
-    print(f"planner: measuring this host's kernels for {job.label} in the background (a child "
-          f"at low priority); planned for now from what the host kept, the measured plan "
-          f"comes in between steps", file=sys.stderr, flush=True)
+    if after is None:
+        print(f"planner: measuring this host's kernels for {job.label} in the background (a "
+              f"child at low priority); planned for now from what the host kept, the measured "
+              f"plan comes in between steps", file=sys.stderr, flush=True)
     log = open(job.folder / "log.txt", "w")  # noqa: SIM115 - the child's, closed with it
     try:
         job.process = subprocess.Popen(
-            [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid())],
+            [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid()),
+             *([str(after)] if after is not None else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "PLANNER_MEASURE": "first"})
     finally:
@@ -241,12 +275,27 @@ def _ended(job: _Job, code: int) -> None:
 
 @atexit.register
 def _at_exit() -> None:
-    """A job still running finishes alone (it keeps what it measures for the next process);
-    queued ones are left to the next process that needs them."""
+    """A job still running finishes alone (it keeps what it measures, and builds what it
+    plans, for the next process); the queued ones go to one child of their own, after it."""
     with _LOCK:
         _advance()
-        if _RUNNING and _RUNNING[0].process is not None:
-            print(f"planner: measuring {_RUNNING[0].label} goes on in the background (pid "
-                  f"{_RUNNING[0].process.pid}, low priority) and is kept for the next run",
-                  file=sys.stderr, flush=True)
+        going = [j for j in _RUNNING if j.process is not None]
+        for rest in _merged(_QUEUE):
+            _start(rest, going[-1].process.pid if going else None)
+            going.append(rest)
         _QUEUE.clear()
+        if going:
+            print(f"planner: measuring {' and '.join(j.label for j in going)} goes on in the "
+                  f"background (pid {', '.join(str(j.process.pid) for j in going)}, low "
+                  f"priority, one after the other) and is kept for the next run",
+                  file=sys.stderr, flush=True)
+
+
+def _merged(jobs: list[_Job]) -> list[_Job]:
+    """`jobs` as one job per target (a child measures for one target)."""
+    by_target: dict[str, list[_Job]] = {}
+    for job in jobs:
+        by_target.setdefault(job.target.to_json(), []).append(job)
+    return [_Job(",".join(j.key for j in same), [g for j in same for g in j.groups],
+                 " and ".join(j.label for j in same), same[0].target,
+                 [r for j in same for r in j.replans]) for same in by_target.values()]

@@ -179,7 +179,7 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
            examples: dict[str, np.ndarray] | None) -> Callable[[], Any]:
     """A maker of new executors of `graph`, planned and built once (_executor): each has its
     own arena and the same constants."""
-    from codegen.cached import load_built
+    from codegen.cached import load_built, package_name
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
@@ -203,15 +203,16 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
               file=sys.stderr, flush=True)
         folder = options.folder()
         by_name = {t.name: t for t in prepared.tensors}
-        table = _cost_table(options.costs, prepared, target, folder,
-                            {k: v.astype(by_name[k].dtype, copy=False)
-                             for k, v in (examples or {}).items() if k in by_name})
         settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
                                memory=MemoryOptions(budget_bytes=options.memory_budget))
+        table = _cost_table(options.costs, prepared, target, folder,
+                            {k: v.astype(by_name[k].dtype, copy=False)
+                             for k, v in (examples or {}).items() if k in by_name},
+                            options=settings, prefix="dynamo_")
         with warnings.catch_warnings():  # an op the table lacks is priced analytically
             warnings.simplefilter("ignore")
             planned = plan(prepared, target, table, settings)
-        name = "dynamo_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+        name = package_name(planned, "dynamo_")
         if name not in _PACKAGES:
             _PACKAGES[name] = load_built(planned, folder, name)[0]
         package, step, concrete = _PACKAGES[name], planned.graph, {}

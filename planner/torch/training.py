@@ -26,7 +26,6 @@ plan and executor of its own on first use, the run's state handed between them
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import tempfile
@@ -612,7 +611,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any], imported: Any = None) 
     """Export, import (unless given the import at these shapes: planned again), plan, build
     and load the module for the shapes of `examples` (the module's inputs, then the labels);
     the executor starts from the module's own values."""
-    from codegen.cached import load_built
+    from codegen.cached import load_built, package_name
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
     from planner.pipeline import plan
@@ -652,7 +651,7 @@ def _build_shape(recipe: Recipe, examples: Sequence[Any], imported: Any = None) 
 
     planned = planned_here() if recipe.ranks == 1 else rank0_plan(planned_here)
     graph = planned.graph  # as the step's cores rewrote it: the graph the executor runs
-    name = "torch_" + hashlib.sha256(planned.to_json().encode()).hexdigest()[:16]
+    name = package_name(planned, "torch_")
     package, _ = load_built(planned, recipe.out_dir, name, progress=_say)
     executor = _new_executor(package, recipe)
     start_params = {**init_params(graph), **imported.params()}
@@ -854,7 +853,8 @@ def _check_runs_here(target: Any) -> None:
 
 def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
                 examples: Mapping[str, np.ndarray], options: Any = None,
-                evaluation: bool = True, background: bool = True) -> Any:
+                evaluation: bool = True, background: bool = True,
+                prefix: str = "torch_") -> Any:
     """The cost table `trainer`'s plan is priced with (its `costs` argument; "in-step" steps
     on the example batch `examples`; "measured": the graphs a plan with `options` and
     `evaluation` prices; "background", the default on the host where `background`: what the
@@ -875,13 +875,16 @@ def _cost_table(costs: Any, graph: Any, target: Any, folder: Path | None,
     elif isinstance(costs, str) and costs == "analytical":
         table = None
     elif isinstance(costs, str) and costs == "background":
-        from codegen.measure_later import priced_now
-        from planner.pipeline import priced_graphs
+        from codegen.measure_later import Replan, priced_now
+        from planner.pipeline import PlanOptions, priced_graphs
 
         # What the host kept now; what it lacks measured by a child meanwhile
-        # (codegen/measure_later.py), the plan made again between steps once it is.
+        # (codegen/measure_later.py), the plan made again between steps once it is, and
+        # built by the child for the next process.
+        then = (Replan(graph=graph, options=options or PlanOptions(), evaluation=evaluation,
+                       prefix=prefix) if folder is None else None)
         table = priced_now(priced_graphs(graph, target, options, evaluation), target,
-                           examples, f"graph {graph.name!r}")
+                           examples, f"graph {graph.name!r}", then)
     elif isinstance(costs, str) and costs == "measured":
         from codegen.profiling import host_measured
 

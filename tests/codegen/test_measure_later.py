@@ -138,3 +138,51 @@ def test_the_measuring_mode_is_checked(monkeypatch):
     monkeypatch.delenv("PLANNER_MEASURE")
     assert measure_later.measure_mode() == "background"
     assert os.environ.get("PLANNER_MEASURE") is None
+
+
+SCRIPT = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+from planner.torch import trainer
+
+torch.manual_seed(0)
+x, y = torch.randn(4, 3, 6, 6), torch.tensor([0, 1, 2, 3])
+conv = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(144, 5))
+mlp = nn.Sequential(nn.Flatten(), nn.Linear(108, 6), nn.Tanh(), nn.Linear(6, 5))
+for model in (conv, mlp):  # two graphs: the second's job still queued when the script ends
+    t = trainer(model, [x], F.cross_entropy, y, optimizer="sgd", lr=0.05)
+    t.step(x, y)
+"""
+
+
+def test_a_second_process_builds_and_measures_nothing(own_store, tmp_path_factory):
+    """The first process's children measure every graph it planned (the one still queued at
+    its end included, after the running one) and build the plans the measurements make: the
+    next process plans the same graphs from the store and finds every package by name."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    scratch = tmp_path_factory.mktemp("children")  # the children's folders, to wait on them
+    env = {**os.environ, "TMPDIR": str(scratch), "PLANNER_MEASURE": "background",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("PLANNER_COSTS", None)
+
+    def run() -> tuple[str, set[str]]:
+        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        deadline = time.monotonic() + 900
+        while any(scratch.glob("planner-measure-*")):  # the children, ended or failed
+            assert time.monotonic() < deadline, "the background children did not end"
+            time.sleep(0.2)
+        packages = own_store / "packages"
+        return done.stderr, {p.name for p in packages.iterdir()} if packages.is_dir() else set()
+
+    said, first = run()
+    assert "one after the other" in said  # the queued graph handed to a child of its own
+    said, second = run()
+    assert "in the background" not in said, said
+    assert second == first  # every plan of the second process was built by the first's children

@@ -5,9 +5,10 @@ one more, trailing, axis of 2: its real then its imaginary part, the layout of
 `torch.view_as_real` (`Cx` wraps it, so a rule knows the trailing axis is the planes'). So
 `view_as_real` and `view_as_complex` are free, and every complex ATen op lowers to real ops
 the planner has: a product is (ac - bd, ad + bc) of Slices, Muls, Sub, Add and a Concat,
-`conj` a Mul by (1, -1), `abs` a 2-norm over the planes, `angle` an Atan2, `polar` a Mul by Cos and Sin; the
-ops that only move elements (view, permute, slice, cat, pad, copy, slice_scatter, ...) are
-the real rules run on the planes with their dims kept off the trailing axis.
+`conj` a Mul by (1, -1), `abs` a 2-norm over the planes, `angle` an Atan2, `polar` a Mul by
+Cos and Sin; the ops that only move elements (view, permute, slice, cat, pad, copy,
+slice_scatter, ...) are the real rules run on the planes with their dims kept off the trailing
+axis.
 
 The DFT (`aten._fft_r2c`, `_fft_c2c`, `_fft_c2r`, which torch.fft's fft, ifft, rfft, irfft,
 fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their `n`/`s`
