@@ -1,0 +1,113 @@
+"""Figures the host can trust (issue 89): each bandwidth and GEMM rate detection keeps carries
+its own load and date; a busy, slower figure never replaces a quiet one, a busy-only figure is
+marked busy and measured again when the machine is quiet, and a busy machine does not pass for
+a slow one: beside neighbours the one-thread rounds count this process's CPU time, so the
+float32 peak stays within 25% of the quiet one. A busy machine is faked by stretching each
+round's wall time (what the scheduler gives other processes) and by the load the clock reports;
+the GEMMs and streams themselves run."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from planner.cli.target import describe
+from planner.target import detect as detect_module
+from planner.target import measure as measure_module
+from planner.target.detect import detect
+from planner.target.host_cache import RATES, HostMeasurement, keep, kept_measurement
+from planner.target.load import BUSY, CpuClock
+
+EARLY, LATE = "2026-11-28T10:00:00Z", "2026-11-28T12:00:00Z"
+KEPT = HostMeasurement(core_bandwidth=6e9, memory_bandwidth=8e9, gemm_flops_one_core=1.4e11,
+                       gemm_flops_all_cores=2.6e11, mhz=2400.0, date=EARLY, load=4.0,
+                       gemm="torch", dates={f: EARLY for f in RATES[:4]},
+                       loads={"core_bandwidth": 0.1, "memory_bandwidth": 0.1,
+                              "gemm_flops_one_core": 0.1, "gemm_flops_all_cores": 4.0})
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_each_figure_is_kept_by_its_own_load():
+    # The next run: bandwidth busy and slower, the all-core GEMM quiet and slower.
+    new = KEPT.model_copy(update={
+        "memory_bandwidth": 3.2e9, "gemm_flops_all_cores": 2.2e11, "date": LATE,
+        "loads": {**KEPT.loads, "memory_bandwidth": 6.0, "gemm_flops_all_cores": 0.05},
+        "dates": {f: LATE for f in KEPT.dates}})
+    both = keep(KEPT, new)
+    assert both.memory_bandwidth == 8e9 and both.load_of("memory_bandwidth") == 0.1
+    assert both.date_of("memory_bandwidth") == EARLY
+    assert both.gemm_flops_all_cores == 2.2e11 and both.load_of("gemm_flops_all_cores") == 0.05
+    assert both.date_of("gemm_flops_all_cores") == LATE
+    assert not both.busy and KEPT.busy and both.load == 0.1 and both.date == LATE
+    # Two busy figures: the faster stays, with its own load and date.
+    slower = KEPT.model_copy(update={"gemm_flops_all_cores": 1.1e11, "date": LATE,
+                                     "loads": {**KEPT.loads, "gemm_flops_all_cores": 9.0}})
+    assert keep(KEPT, slower) is KEPT
+    faster = slower.model_copy(update={"gemm_flops_all_cores": 2.9e11,
+                                       "dates": {f: LATE for f in KEPT.dates}})
+    kept = keep(KEPT, faster)
+    assert (kept.gemm_flops_all_cores, kept.load_of("gemm_flops_all_cores")) == (2.9e11, 9.0)
+    assert kept.date_of("gemm_flops_all_cores") == LATE and kept.busy
+    assert kept.date_of("core_bandwidth") == LATE  # quiet figures: the newer replaces
+
+
+def test_a_busy_only_figure_is_measured_again_when_quiet(cache):
+    kept_measurement("m", lambda: KEPT)
+    assert kept_measurement("m", lambda: pytest.fail("measured"), quiet=lambda: False) == KEPT
+    quiet = KEPT.model_copy(update={"gemm_flops_all_cores": 2.7e11, "date": LATE,
+                                    "loads": {f: 0.0 for f in KEPT.loads},
+                                    "dates": {f: LATE for f in KEPT.dates}})
+    again = kept_measurement("m", lambda: quiet, quiet=lambda: True)
+    assert again == quiet and not again.busy
+    assert kept_measurement("m", lambda: pytest.fail("measured"), quiet=lambda: True) == quiet
+
+
+def fake_machine(monkeypatch, load: float, stretch: float) -> None:
+    """Every round's wall time `stretch` times what it took (the others ran meanwhile: this
+    process's CPU time is what it was), and the clock's load over each figure `load`."""
+    real = measure_module.timed
+
+    def timed(run):
+        wall, cpu = real(run)
+        return wall * stretch, cpu
+
+    monkeypatch.setattr(measure_module, "timed", timed)
+    monkeypatch.setattr(CpuClock, "load", lambda self, threads: load)
+
+
+def test_a_busy_machine_does_not_pass_for_a_slow_one(tmp_path, monkeypatch):
+    pytest.importorskip("torch")  # one thread's GEMM through torch.matmul
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path / "quiet"))
+    fake_machine(monkeypatch, load=0.0, stretch=1.0)
+    quiet = detect(budget_s=0.1)
+    # At load 8: the scheduler gave the others four fifths of every round.
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path / "busy"))
+    fake_machine(monkeypatch, load=8.0, stretch=5.0)
+    busy = detect(budget_s=0.1)
+    assert abs(busy.cpu.peak_flops / quiet.cpu.peak_flops - 1) < 0.25
+    marked = [n for n in busy.notes if n.startswith("figure ")]
+    assert marked and all("at load 8.00 (busy: measured again when the machine is quiet)" in n
+                          for n in marked)
+    # The busy-only entry is measured again by the first detection on a quiet machine.
+    fake_machine(monkeypatch, load=0.0, stretch=1.0)
+    monkeypatch.setattr(detect_module, "load_now", lambda: 0.0)
+    again = detect(budget_s=0.1)
+    assert all("at load 0.00 (quiet)" in n for n in again.notes if n.startswith("figure "))
+    assert not any("busy" in n for n in again.notes if n.startswith("figure "))
+
+
+def test_the_figures_shown_carry_their_load_and_age(cache, monkeypatch):
+    monkeypatch.setattr(detect_module, "_measure", lambda *a, **k: KEPT)
+    text = describe(detect(), now=datetime.datetime(2026, 11, 28, 13, 30, tzinfo=datetime.UTC))
+    assert ("note: figure float32 GEMM, all cores: 260.0 GFLOP/s measured 2026-11-28T10:00:00Z "
+            "(3.5 h ago) at load 4.00 (busy: measured again when the machine is quiet)") in text
+    assert ("note: figure streaming, one core: 6.0 GB/s measured 2026-11-28T10:00:00Z (3.5 h ago)"
+            " at load 0.10 (quiet)") in text
+    assert "measured busy: float32 GEMM, all cores" in text and KEPT.load_of(
+        "gemm_flops_all_cores") > BUSY
