@@ -39,6 +39,7 @@ from planner.target.granted import granted as granted_cpus
 from planner.target.host_cache import RATES, HostMeasurement, kept_measurement, machine_key
 from planner.target.load import BUSY, CpuClock, load_now
 from planner.target.measure import (
+    Rounds,
     can_limit_blas_threads,
     stream_bandwidth,
     tuned_gemm,
@@ -563,26 +564,29 @@ def _measure(cores: int, mhz: float, budget_s: float,
     gemm = tuned_gemm()
     figures: dict[str, tuple[float, float, str]] = {}
 
-    def figure(name: str, threads: int, run: Callable[[], float]) -> None:
-        clock = CpuClock()
-        value = run()
-        load = clock.load(threads)
+    def figure(name: str, threads: int, run: Callable[[Rounds], float]) -> None:
+        clock, rounds = CpuClock(), Rounds()
+        value = run(rounds)
+        load = clock.load(threads, rounds.ran(threads))
         figures[name] = (value, load_now() if load is None else load, _now())
 
     # One thread first: an all-core GEMM's team would spin on beside it, and a one-thread
     # round counts the process's CPU time, not the others' (planner.target.measure).
-    figure("core_bandwidth", 1, lambda: stream_bandwidth(1, per_thread, budget_s))
+    figure("core_bandwidth", 1, lambda r: stream_bandwidth(1, per_thread, budget_s, r))
     if gemm == "torch" or can_limit_blas_threads():
-        figure("gemm_flops_one_core", 1, lambda: tuned_gemm_flops(1024, budget_s, threads=1))
-    figure("memory_bandwidth", cores, lambda: stream_bandwidth(cores, per_thread, budget_s))
+        figure("gemm_flops_one_core", 1,
+               lambda r: tuned_gemm_flops(1024, budget_s, threads=1, rounds=r))
+    figure("memory_bandwidth", cores, lambda r: stream_bandwidth(cores, per_thread, budget_s, r))
     # Other processes only ever slow a measurement down, and they hurt the all-core run
     # most: take the better of all cores together and one core.
     figures["memory_bandwidth"] = max(figures["memory_bandwidth"], figures["core_bandwidth"])
-    figure("gemm_flops_all_cores", cores, lambda: tuned_gemm_flops(1024, budget_s, threads=cores))
+    figure("gemm_flops_all_cores", cores,
+           lambda r: tuned_gemm_flops(1024, budget_s, threads=cores, rounds=r))
     # bfloat16 only where the ISA computes it (without, oneDNN converts: slower than float32).
     if gemm == "torch" and bool({"avx512_bf16", "amx_bf16"} & flags):
         figure("gemm_bf16_flops", cores,
-               lambda: tuned_gemm_flops(1024, budget_s, threads=cores, dtype="bfloat16"))
+               lambda r: tuned_gemm_flops(1024, budget_s, threads=cores, dtype="bfloat16",
+                                          rounds=r))
     loads = {f: load for f, (_, load, _) in figures.items()}
     return HostMeasurement(**{f: v for f, (v, _, _) in figures.items()},
                            **{f: 0.0 for f in RATES if f not in figures},

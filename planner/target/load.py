@@ -77,8 +77,9 @@ def others_share(before: CpuTimes, after: CpuTimes, seconds: float, cpus: int) -
 
 
 # Below this fraction of its threads' wall time on a CPU, a measurement waited for one: the
-# scheduler gave the rest to other processes (runnable beside it, above the CPUs' count).
-RAN = 0.9
+# scheduler gave the rest to other processes (runnable beside it, above the CPUs' count). At
+# 0.8, `waited_load` says BUSY for threads on every CPU: the thresholds agree.
+RAN = 0.8
 
 
 def waited_load(ran: float, threads: int, cpus: int) -> float:
@@ -92,7 +93,7 @@ def waited_load(ran: float, threads: int, cpus: int) -> float:
     beside 8 others' threads on 2 CPUs says so.
 
     Example (two threads on two CPUs ran a fifth of the time: ten runnable, eight others'):
-        >>> waited_load(0.2, 2, 2), waited_load(0.95, 2, 2)
+        >>> waited_load(0.2, 2, 2), waited_load(0.85, 2, 2)
         (4.0, 0.0)
     """
     if ran >= RAN:
@@ -120,14 +121,16 @@ class CpuClock:
         return others_share(self._start, end, time.monotonic() - self._t0,
                             os.cpu_count() or 1)
 
-    def load(self, threads: int) -> float | None:
+    def load(self, threads: int, ran: float | None = None) -> float | None:
         """The load over the stretch, for work running `threads` threads: the larger of the
         others' share of the CPUs and what this process's own CPU time says it waited
-        (`waited_load`); None where the counters are missing."""
+        (`waited_load`; `ran`: the fraction of its threads' time on a CPU where the work
+        counted it, else over the whole stretch); None where the counters are missing."""
         end, seconds = cpu_times(), time.monotonic() - self._t0
         if self._start is None or end is None or seconds <= 0:
             return None
         cpus = os.cpu_count() or 1
-        ran = (time.process_time() - self._own0) / (seconds * max(1, threads))
+        if ran is None:
+            ran = (time.process_time() - self._own0) / (seconds * max(1, threads))
         return max(others_share(self._start, end, seconds, cpus),
                    waited_load(ran, threads, cpus))

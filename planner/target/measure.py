@@ -24,7 +24,21 @@ from collections.abc import Callable
 import numpy as np
 
 
-def stream_bandwidth(threads: int, array_bytes: int = 64 << 20, budget_s: float = 0.5) -> float:
+class Rounds:
+    """The wall and CPU seconds of a measurement's timed rounds, summed as they run (what
+    the process's own CPU time says of the load, planner.target.load.waited_load: over the
+    rounds only, not the single-threaded setup around them)."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def ran(self, threads: int) -> float | None:
+        """The fraction of its `threads` threads' wall time the rounds spent on a CPU."""
+        return self.cpu / (self.wall * threads) if self.wall > 0 and threads > 0 else None
+
+
+def stream_bandwidth(threads: int, array_bytes: int = 64 << 20, budget_s: float = 0.5,
+                     rounds: Rounds | None = None) -> float:
     """Bytes/s streamed by `threads` threads each running c = a + b over its own arrays.
 
     Each thread's three arrays are `array_bytes` each, larger than a server's last-level cache
@@ -54,7 +68,7 @@ def stream_bandwidth(threads: int, array_bytes: int = 64 << 20, budget_s: float 
             w.join()
         return time.perf_counter() - t0, time.process_time() - c0
 
-    return 3 * array_bytes * threads / best_seconds(one_round, budget_s, threads)
+    return 3 * array_bytes * threads / best_seconds(one_round, budget_s, threads, rounds)
 
 
 def round_seconds(wall: float, cpu: float, threads: int) -> float:
@@ -76,21 +90,25 @@ def timed(run: Callable[[], object]) -> tuple[float, float]:
 
 
 def best_seconds(one_round: Callable[[], tuple[float, float]], budget_s: float,
-                 threads: int) -> float:
+                 threads: int, log: Rounds | None = None) -> float:
     """The fastest of the rounds (`round_seconds` of each (wall, CPU) `one_round()` times)
     that fit `budget_s` of their seconds, at least two: on a busy machine a one-thread
     measurement takes as many rounds as on a quiet one (the best of 5 rounds beside 4
-    neighbours was a quarter below the quiet rate), up to 4 x `budget_s` of wall time."""
+    neighbours was a quarter below the quiet rate), up to 4 x `budget_s` of wall time.
+    Each round's seconds are added to `log`."""
     best, spent, wall_spent, rounds = float("inf"), 0.0, 0.0, 0
     while rounds < 2 or spent < budget_s and wall_spent < 4 * budget_s:
         wall, cpu = one_round()
         seconds = round_seconds(wall, cpu, threads)
         best = min(best, seconds)
+        if log is not None:
+            log.wall, log.cpu = log.wall + wall, log.cpu + cpu
         spent, wall_spent, rounds = spent + seconds, wall_spent + wall, rounds + 1
     return best
 
 
-def gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None) -> float:
+def gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None,
+               rounds: Rounds | None = None) -> float:
     """FP32 FLOP/s of an n x n x n matmul through numpy's BLAS (2 n^3 FLOPs), best of rounds.
 
     threads: BLAS threads (needs threadpoolctl; without it, or with None, BLAS's default).
@@ -101,7 +119,7 @@ def gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None)
     with _blas_threads(threads):
         a @ b  # warm up: BLAS threads started, pages touched
         # BLAS's default team (None) is timed on the wall: its size is not known here.
-        best = best_seconds(lambda: timed(lambda: a @ b), budget_s, threads or 0)
+        best = best_seconds(lambda: timed(lambda: a @ b), budget_s, threads or 0, rounds)
     return 2.0 * n**3 / best
 
 
@@ -115,14 +133,14 @@ def tuned_gemm() -> str:
 
 
 def tuned_gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None = None,
-                     dtype: str = "float32") -> float:
+                     dtype: str = "float32", rounds: Rounds | None = None) -> float:
     """FLOP/s of an n x n x n matmul in `dtype` (float32, bfloat16) through torch.matmul on
     `threads` threads (None: torch's default), best of the rounds that fit `budget_s`; through
     numpy's BLAS (float32 only) where torch is not installed."""
     if tuned_gemm() == "numpy":
         if dtype != "float32":
             raise ValueError(f"numpy's BLAS has no {dtype} GEMM")
-        return gemm_flops(n, budget_s, threads)
+        return gemm_flops(n, budget_s, threads, rounds)
     import torch
 
     was = torch.get_num_threads()
@@ -134,7 +152,7 @@ def tuned_gemm_flops(n: int = 1024, budget_s: float = 0.5, threads: int | None =
         b = torch.randn(n, n, generator=g).to(getattr(torch, dtype))
         a @ b  # warm up: the team started, the kernel chosen, pages touched
         best = best_seconds(lambda: timed(lambda: a @ b), budget_s,
-                            torch.get_num_threads())
+                            torch.get_num_threads(), rounds)
     finally:
         torch.set_num_threads(was)
     return 2.0 * n**3 / best

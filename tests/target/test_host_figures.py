@@ -14,6 +14,7 @@ import pytest
 
 from planner.cli.target import describe
 from planner.target import detect as detect_module
+from planner.target import load as load_module
 from planner.target import measure as measure_module
 from planner.target.detect import detect
 from planner.target.host_cache import RATES, HostMeasurement, keep, kept_measurement
@@ -78,7 +79,7 @@ def fake_machine(monkeypatch, load: float, stretch: float) -> None:
         return wall * stretch, cpu
 
     monkeypatch.setattr(measure_module, "timed", timed)
-    monkeypatch.setattr(CpuClock, "load", lambda self, threads: load)
+    monkeypatch.setattr(CpuClock, "load", lambda self, threads, ran=None: load)
 
 
 def test_a_busy_machine_does_not_pass_for_a_slow_one(tmp_path, monkeypatch):
@@ -111,3 +112,16 @@ def test_the_figures_shown_carry_their_load_and_age(cache, monkeypatch):
             " at load 0.10 (quiet)") in text
     assert "measured busy: float32 GEMM, all cores" in text and KEPT.load_of(
         "gemm_flops_all_cores") > BUSY
+
+
+def test_the_wait_for_a_cpu_marks_a_figure_busy_where_the_others_share_does_not(monkeypatch):
+    # The others' CPU share says quiet (it cannot pass the CPUs there are: "load 0.90" at a
+    # load average of 12); the rounds' own CPU time, a fifth of their wall time, says busy.
+    pytest.importorskip("torch")
+    real = measure_module.timed
+    monkeypatch.setattr(measure_module, "timed", lambda run: (lambda w, c: (5 * w, c))(*real(run)))
+    monkeypatch.setattr(load_module, "others_share", lambda *a: 0.0)
+    m = detect_module._measure(2, 2400.0, 0.05)
+    for f in ("gemm_flops_one_core", "gemm_flops_all_cores"):
+        assert m.load_of(f) > 3.5 and m.busy_figure(f), (f, m.load_of(f))
+    assert m.busy and m.load >= m.load_of("gemm_flops_all_cores")

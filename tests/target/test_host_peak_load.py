@@ -73,7 +73,7 @@ def test_detect_at_load_keeps_the_quiet_peak(cache, monkeypatch):
 def test_bfloat16_is_measured_only_where_the_isa_computes_it(monkeypatch, flags):
     calls = []
 
-    def fake(n, budget_s, threads=None, dtype="float32"):
+    def fake(n, budget_s, threads=None, dtype="float32", rounds=None):
         calls.append(dtype)
         return 1e11 if dtype == "float32" else 3e11
 
