@@ -12,6 +12,7 @@ import datetime
 
 import pytest
 
+from planner.cli.main import main
 from planner.cli.target import describe
 from planner.target import detect as detect_module
 from planner.target import load as load_module
@@ -103,7 +104,7 @@ def test_a_busy_machine_does_not_pass_for_a_slow_one(tmp_path, monkeypatch):
     assert not any("busy" in n for n in again.notes if n.startswith("figure "))
 
 
-def test_the_figures_shown_carry_their_load_and_age(cache, monkeypatch):
+def test_the_figures_shown_carry_their_load_and_age(cache, monkeypatch, capsys):
     monkeypatch.setattr(detect_module, "_measure", lambda *a, **k: KEPT)
     text = describe(detect(), now=datetime.datetime(2026, 11, 28, 13, 30, tzinfo=datetime.UTC))
     assert ("note: figure float32 GEMM, all cores: 260.0 GFLOP/s measured 2026-11-28T10:00:00Z "
@@ -112,6 +113,10 @@ def test_the_figures_shown_carry_their_load_and_age(cache, monkeypatch):
             " at load 0.10 (quiet)") in text
     assert "measured busy: float32 GEMM, all cores" in text and KEPT.load_of(
         "gemm_flops_all_cores") > BUSY
+    # The command prints them with their age at the time shown.
+    assert main(["target", "show", "host"]) == 0
+    shown = capsys.readouterr().out
+    assert "measured 2026-11-28T10:00:00Z (" in shown and " ago) at load 4.00 (busy" in shown
 
 
 def test_the_wait_for_a_cpu_marks_a_figure_busy_where_the_others_share_does_not(monkeypatch):
