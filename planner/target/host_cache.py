@@ -21,8 +21,8 @@ BUSY) replaces the kept one; a busy one replaces only a busy one it beats (other
 ever slow a measurement down) and never a quiet one. An entry with a busy figure (or from
 before loads were recorded) is measured again by the first detection that finds the machine
 quiet. `planner target detect` at load 8 once recorded a float32 peak of 54 GFLOP/s on a host
-whose ResNet-50 step ran at 202 (issue 60); at load 12, 114 against a quiet 280, labelled "at
-load 0.90": the others' CPU share, which cannot pass the CPUs there are (issue 89).
+whose ResNet-50 step ran at 202 (issue 60); at load 12, 114 against 300 without neighbours,
+labelled "at load 0.90": the others' CPU share, which cannot pass the CPUs there are (issue 89).
 
 The values kept are rounded to two significant figures (12.3 GB/s -> 12 GB/s, 146 GFLOP/s ->
 150 GFLOP/s): run-to-run noise is a few percent, and a plan made from a re-measured entry
