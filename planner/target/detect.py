@@ -513,9 +513,11 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
         notes.append(note)
     cores = len({c.core for c in topo.logical_cpus})
     mhz = topo.mhz
+    # What the machine is: its measurement is kept under it, and it stays the target's
+    # identity (CPU.machine) however often the figures are measured again.
+    key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
+                      topo.cache_group_bytes, quota)
     if measure:
-        key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
-                          topo.cache_group_bytes, quota)
         m = kept_measurement(key, lambda: _measure(cores, topo.mhz, budget_s, topo.flags),
                              refresh, quiet=lambda: load_now() <= BUSY)
         mhz, core_bw = m.mhz, m.core_bandwidth
@@ -548,7 +550,8 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     cpu = CPU(model=topo.model, peak_flops=flops, math_peak_flops=math_peaks,
               memory_bandwidth=all_bw, core_bandwidth=core_bw,
               cache_group_level=topo.cache_group_level, cache_group_bytes=topo.cache_group_bytes,
-              vector_floats=vector_floats(topo.flags, os.environ.get("ONEDNN_MAX_CPU_ISA")))
+              vector_floats=vector_floats(topo.flags, os.environ.get("ONEDNN_MAX_CPU_ISA")),
+              machine=key)
     return Target(name="host", description=f"detected: {topo.model}", host_memory_bytes=memory,
                   cpu=cpu, logical_cpus=topo.logical_cpus, gpus=tuple(gpus), notes=tuple(notes),
                   provenance=TargetProvenance(tool=f"planner {__version__}",

@@ -8,9 +8,11 @@ differed. So the numbers are measured once and written to the cache folder ($PLA
 default ~/.cache/planner) under `hosts/<machine>.json`, where <machine> is a digest of what
 identifies the machine to the planner: the CPU model and ISA flags, the logical CPUs'
 topology (cores, packages, cache groups, NUMA nodes) and the CPUs this process may run on (a
-process pinned to fewer CPUs is another machine). `planner target detect` measures again and
-replaces the entry; every other command (`--target host`) reads it, measuring only when there
-is none (or it cannot be read).
+process pinned to fewer CPUs is another machine); the target keeps it (CPU.machine) as its
+identity, which keys what is kept per host (the cost store: planner.costs.host_costs.host_key),
+so measuring the figures again never leaves those behind. `planner target detect` measures
+again and replaces the entry; every other command (`--target host`) reads it, measuring only
+when there is none (or it cannot be read).
 
 A figure measured under load is never kept as truth (the cost store's rule,
 planner.costs.host_costs): each figure (a bandwidth, a GEMM rate) records the load while it was

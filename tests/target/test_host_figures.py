@@ -2,7 +2,8 @@
 its own load and date; a busy, slower figure never replaces a quiet one, a busy-only figure is
 marked busy and measured again when the machine is quiet, and a busy machine does not pass for
 a slow one: beside neighbours the one-thread rounds count this process's CPU time, so the
-float32 peak stays within 25% of the quiet one. A busy machine is faked by stretching each
+float32 peak stays within 25% of the quiet one. Measuring again moves the figures, never the
+host's identity: the kernel times kept under its key stay. A busy machine is faked by stretching each
 round's wall time (what the scheduler gives other processes) and by the load the clock reports;
 the GEMMs and streams themselves run."""
 
@@ -14,12 +15,17 @@ import pytest
 
 from planner.cli.main import main
 from planner.cli.target import describe
+from planner.costs.host_costs import host_key, host_table, store_path
+from planner.costs.records import CostEntry, CostTable, CpuSample
+from planner.graph.autodiff import make_training_graph
+from planner.graph.optimizer import Optimizer
 from planner.target import detect as detect_module
 from planner.target import load as load_module
 from planner.target import measure as measure_module
 from planner.target.detect import detect
 from planner.target.host_cache import RATES, HostMeasurement, keep, kept_measurement
 from planner.target.load import BUSY, CpuClock
+from planner.zoo import build
 
 EARLY, LATE = "2026-11-28T10:00:00Z", "2026-11-28T12:00:00Z"
 KEPT = HostMeasurement(core_bandwidth=6e9, memory_bandwidth=8e9, gemm_flops_one_core=1.4e11,
@@ -130,3 +136,39 @@ def test_the_wait_for_a_cpu_marks_a_figure_busy_where_the_others_share_does_not(
     for f in ("gemm_flops_one_core", "gemm_flops_all_cores"):
         assert m.load_of(f) > 3.5 and m.busy_figure(f), (f, m.load_of(f))
     assert m.busy and m.load >= m.load_of("gemm_flops_all_cores")
+
+
+def test_measuring_again_keeps_the_host_key_and_its_store(cache, monkeypatch):
+    """The host is what the machine is, not what it measured: its figures measured busy, then
+    again on a quiet machine, move its peaks, and the kernels' times kept under its key (the
+    cost store) are the ones the quiet target reads: nothing is measured again."""
+    graph = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=4, classes=2),
+                                Optimizer(kind="sgd", lr=0.1))
+    asked: list[list[str]] = []
+
+    def measure(signatures, target, progress=None):  # the kernels' times as a run reports
+        asked.append([s.key for s in signatures])
+        return CostTable(target="host", entries=tuple(CostEntry(signature=s, cpu=(
+            CpuSample(threads=1, affinity="compact", seconds=1e-5),)) for s in signatures))
+
+    # Busy: the others slowed this process's own CPU time too (sharing its cores' caches and
+    # the memory), so even the one-thread GEMM's rate is a tenth of the machine's.
+    real = measure_module.timed
+    monkeypatch.setattr(measure_module, "timed", lambda run: (lambda w, c: (10 * w, 10 * c))(
+        *real(run)))
+    monkeypatch.setattr(CpuClock, "load", lambda self, threads, ran=None: 8.0)
+    busy = detect(budget_s=0.05)
+    assert host_table([graph], busy, measure, load=0.0).measured and len(asked) == 1
+    monkeypatch.setattr(measure_module, "timed", real)
+    monkeypatch.setattr(CpuClock, "load", lambda self, threads, ran=None: 0.0)
+    monkeypatch.setattr(detect_module, "load_now", lambda: 0.0)
+    quiet = detect(budget_s=0.05)
+    assert quiet.cpu.peak_flops > 1.5 * busy.cpu.peak_flops  # measured again, quiet
+    assert host_key(quiet) == host_key(busy) and store_path(quiet) == store_path(busy)
+    again = host_table([graph], quiet, measure, load=0.0)
+    assert again.measured == () and again.kept and len(asked) == 1
+    # The kept figures give the same target, byte for byte, until measured again.
+    assert detect(budget_s=0.05).to_json() == quiet.to_json()
+    # Another machine (another CPU set, ISA, quota: CPU.machine) keeps its own store.
+    other = quiet.model_copy(update={"cpu": quiet.cpu.model_copy(update={"machine": "other"})})
+    assert host_key(other) != host_key(quiet)
