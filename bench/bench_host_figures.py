@@ -4,7 +4,9 @@ round detects the host afresh (`planner target detect`'s path: planner.target.de
 refresh=True, its own empty cache) twice: as detection measures (one-thread rounds count the
 process's CPU time) and with every round timed on the wall (what it measured before issue 89).
 Prints one markdown row per detection: the float32 peak and memory bandwidth the target takes,
-each figure's load and whether it is kept as busy, and the 1-minute load average.
+each figure's load and whether it is kept as busy, the 1-minute load average and the host key
+the cost store is kept under (planner.costs.host_costs.host_key: what the machine is, the same
+in every row however the figures came out).
 
     python bench/bench_host_figures.py [--neighbours 0,4] [--rounds 2] [--budget 0.5]
 """
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_neighbours import neighbours  # noqa: E402
 
+from planner.costs.host_costs import host_key  # noqa: E402
 from planner.target import measure  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
 from planner.target.host_cache import HostMeasurement  # noqa: E402
@@ -49,8 +52,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.5)
     args = ap.parse_args()
     print("| N | timing | round | peak GFLOP/s | GEMM 1 core | GEMM all | memory GB/s "
-          "| loads (1 core GEMM, all-core GEMM, all-core stream) | busy | loadavg 1 min |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| loads (1 core GEMM, all-core GEMM, all-core stream) | busy | loadavg 1 min "
+          "| host key |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in args.neighbours.split(",")]:
         procs = neighbours(n)
         time.sleep(3.0)  # the neighbours running
@@ -64,7 +68,8 @@ def main() -> None:
                           f"| {t.cpu.peak_flops / 1e9:.0f} | {m.gemm_flops_one_core / 1e9:.0f} "
                           f"| {m.gemm_flops_all_cores / 1e9:.0f} "
                           f"| {t.cpu.memory_bandwidth / 1e9:.1f} | {loads} "
-                          f"| {'yes' if m.busy else 'no'} | {os.getloadavg()[0]:.2f} |",
+                          f"| {'yes' if m.busy else 'no'} | {os.getloadavg()[0]:.2f} "
+                          f"| {host_key(t)[:12]} |",
                           flush=True)
         finally:
             for p in procs:

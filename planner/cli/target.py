@@ -97,6 +97,9 @@ def describe(t: Target, now: datetime.datetime | None = None) -> str:
         ]
         lines += [f"  peak {m:<9}{v / 1e9:,.1f} GFLOP/s"
                   for m, v in sorted((t.cpu.math_peak_flops or {}).items())]
+        if t.cpu.machine:
+            lines.append(f"  machine       {t.cpu.machine[:16]} (the identity its figures and "
+                         f"kernel times are kept under; measuring again keeps it)")
     for i, g in enumerate(t.gpus):
         cc = f"compute capability {g.compute_capability or 'unknown'}"
         lines.append(f"  GPU {i}         {g.name} ({cc}): {_gib(g.memory_bytes)}, "

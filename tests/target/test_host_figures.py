@@ -3,9 +3,9 @@ its own load and date; a busy, slower figure never replaces a quiet one, a busy-
 marked busy and measured again when the machine is quiet, and a busy machine does not pass for
 a slow one: beside neighbours the one-thread rounds count this process's CPU time, so the
 float32 peak stays within 25% of the quiet one. Measuring again moves the figures, never the
-host's identity: the kernel times kept under its key stay. A busy machine is faked by stretching each
-round's wall time (what the scheduler gives other processes) and by the load the clock reports;
-the GEMMs and streams themselves run."""
+host's identity: the kernel times kept under its key stay. A busy machine is faked by
+stretching each round's wall time (what the scheduler gives other processes) and by the load
+the clock reports; the GEMMs and streams themselves run."""
 
 from __future__ import annotations
 
@@ -123,6 +123,7 @@ def test_the_figures_shown_carry_their_load_and_age(cache, monkeypatch, capsys):
     assert main(["target", "show", "host"]) == 0
     shown = capsys.readouterr().out
     assert "measured 2026-11-28T10:00:00Z (" in shown and " ago) at load 4.00 (busy" in shown
+    assert f"  machine       {detect().cpu.machine[:16]} (the identity" in shown
 
 
 def test_the_wait_for_a_cpu_marks_a_figure_busy_where_the_others_share_does_not(monkeypatch):
