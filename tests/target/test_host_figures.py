@@ -93,11 +93,13 @@ def test_a_busy_machine_does_not_pass_for_a_slow_one(tmp_path, monkeypatch):
     pytest.importorskip("torch")  # one thread's GEMM through torch.matmul
     monkeypatch.setenv("PLANNER_CACHE", str(tmp_path / "quiet"))
     fake_machine(monkeypatch, load=0.0, stretch=1.0)
-    quiet = detect(budget_s=0.1)
+    # A budget of ~20 GEMM rounds a figure: the best of them is the machine's rate even where
+    # a neighbour of the test's own (a shared runner) cuts some rounds short.
+    quiet = detect(budget_s=0.3)
     # At load 8: the scheduler gave the others four fifths of every round.
     monkeypatch.setenv("PLANNER_CACHE", str(tmp_path / "busy"))
     fake_machine(monkeypatch, load=8.0, stretch=5.0)
-    busy = detect(budget_s=0.1)
+    busy = detect(budget_s=0.3)
     assert abs(busy.cpu.peak_flops / quiet.cpu.peak_flops - 1) < 0.25
     marked = [n for n in busy.notes if n.startswith("figure ")]
     assert marked and all("at load 8.00 (busy: measured again when the machine is quiet)" in n
