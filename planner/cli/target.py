@@ -7,7 +7,9 @@ UserError (an unknown preset lists the known ones).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import re
 from typing import Any
 
 from planner.target.detect import detect
@@ -72,8 +74,9 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(t: Target) -> str:
-    """A few lines a person reads: topology, peaks, GPUs, notes."""
+def describe(t: Target, now: datetime.datetime | None = None) -> str:
+    """A few lines a person reads: topology, peaks, GPUs, notes; each measured figure's age
+    (at `now`, default the clock's) after its date."""
     lines = [f"target {t.name}: {t.description}" if t.description else f"target {t.name}",
              f"  host memory   {_gib(t.host_memory_bytes)}"]
     if t.cpu is not None:
@@ -94,6 +97,9 @@ def describe(t: Target) -> str:
         ]
         lines += [f"  peak {m:<9}{v / 1e9:,.1f} GFLOP/s"
                   for m, v in sorted((t.cpu.math_peak_flops or {}).items())]
+        if t.cpu.machine:
+            lines.append(f"  machine       {t.cpu.machine[:16]} (the identity its figures and "
+                         f"kernel times are kept under; measuring again keeps it)")
     for i, g in enumerate(t.gpus):
         cc = f"compute capability {g.compute_capability or 'unknown'}"
         lines.append(f"  GPU {i}         {g.name} ({cc}): {_gib(g.memory_bytes)}, "
@@ -106,7 +112,8 @@ def describe(t: Target) -> str:
             lines.append(f"  GPU {i} peaks   " + ", ".join(
                 f"{m} {v / 1e12:,.1f}" for m, v in sorted(g.math_peak_flops.items()))
                 + " TFLOP/s (tensor cores, dense)")
-    lines += [f"  note: {n}" for n in t.notes]
+    now = now or datetime.datetime.now(datetime.UTC)
+    lines += [f"  note: {_aged(n, now)}" for n in t.notes]
     if t.provenance is not None:
         lines.append(f"  {t.provenance.method} by {t.provenance.tool} on {t.provenance.date}")
     return "\n".join(lines)
@@ -118,3 +125,37 @@ def _gib(n: int) -> str:
 
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
+
+
+MEASURED = re.compile(r"measured (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+
+
+def _aged(note: str, now: datetime.datetime) -> str:
+    """`note` with each "measured <date>" followed by its age at `now` (the target keeps the
+    date, so the same host gives the same plan; the age is said where it is shown).
+
+    >>> _aged("figure x measured 2026-11-28T10:00:00Z at load 0.10 (quiet)",
+    ...       datetime.datetime(2026, 11, 28, 13, 30, tzinfo=datetime.UTC))
+    'figure x measured 2026-11-28T10:00:00Z (3.5 h ago) at load 0.10 (quiet)'
+    """
+    def age(m: re.Match[str]) -> str:
+        when = datetime.datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.UTC)
+        return f"{m[0]} ({_duration((now - when).total_seconds())} ago)"
+
+    return MEASURED.sub(age, note)
+
+
+def _duration(seconds: float) -> str:
+    """A person's words for `seconds`.
+
+    >>> _duration(42), _duration(600), _duration(7200), _duration(3 * 86400)
+    ('42 s', '10 min', '2.0 h', '3.0 days')
+    """
+    if seconds < 120:
+        return f"{max(0, seconds):.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

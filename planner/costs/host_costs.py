@@ -5,8 +5,9 @@ measured times by default. They are kept in the cache folder ($PLANNER_CACHE, de
 ~/.cache/planner) under `costs/<host>.json`, keyed by signature (op, input shapes and dtypes,
 attrs: a convolution's kernel layout among them, and the operands' layouts where the step keeps
 images blocked; the thread count and placement are the samples'), where <host>
-is a digest of the detected target (CPU model, logical CPUs, measured peaks), the planner's
-version (its kernels) and the store's (`STORE_VERSION`: a store of another is measured anew).
+is a digest of what the machine is (`host_key`: CPU model, ISA flags, logical CPUs, caches,
+memory; not its measured peaks, which move with the load), the planner's version (its kernels)
+and the store's (`STORE_VERSION`: a store of another is measured anew).
 A plan asks for its graph's signatures (`profiled_signatures` of the graph as its step runs,
 and of its evaluation: planner.pipeline.priced_graphs); only those the store lacks are
 measured (by the `Measure` the caller passes in: codegen.profiling.measure_signatures, in
@@ -275,15 +276,17 @@ STORE_VERSION = 2
 
 
 def host_key(target: Target, kernels: str = "") -> str:
-    """Digest of what the kept times depend on: the detected target (less its notes and
-    provenance: the day it was detected), the planner's version, the store's (STORE_VERSION)
-    and the kernel library that measures them (`kernels`: codegen.build.runtime_key, the
-    runtime's sources, flags and compiler). A kernel changed is timed anew: kept times of the
-    old one priced mobilenet_v2's depthwise weight gradients at their im2col GEMMs' 1.4 ms
-    after a direct kernel ran them in 0.16 (issue 60)."""
+    """Digest of what the kept times depend on: what the machine is (Target.identity: CPU
+    model, ISA flags, logical CPUs, caches, memory, cgroup quota), the planner's version, the
+    store's (STORE_VERSION) and the kernel library that measures them (`kernels`:
+    codegen.build.runtime_key, the runtime's sources, flags and compiler). A kernel changed is
+    timed anew: kept times of the old one priced mobilenet_v2's depthwise weight gradients at
+    their im2col GEMMs' 1.4 ms after a direct kernel ran them in 0.16 (issue 60). Not the
+    host's measured peaks and bandwidths: they move with the load and are measured again when
+    the machine is quiet, and a key that hashed them left the store behind each time."""
     from planner import __version__
 
-    data = target.model_dump(mode="json", exclude={"notes", "provenance"})
+    data = target.identity()
     kept_by = {"kernels": kernels} if kernels else {}
     return hashlib.sha256(canonical_json({"target": data, "planner": __version__,
                                           "store": STORE_VERSION, **kept_by})

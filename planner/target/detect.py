@@ -29,15 +29,17 @@ import datetime
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from planner import __version__
 from planner.target.cgroup import cpu_quota
 from planner.target.granted import granted as granted_cpus
-from planner.target.host_cache import HostMeasurement, kept_measurement, machine_key
+from planner.target.host_cache import RATES, HostMeasurement, kept_measurement, machine_key
 from planner.target.load import BUSY, CpuClock, load_now
 from planner.target.measure import (
+    Rounds,
     can_limit_blas_threads,
     stream_bandwidth,
     tuned_gemm,
@@ -511,9 +513,11 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
         notes.append(note)
     cores = len({c.core for c in topo.logical_cpus})
     mhz = topo.mhz
+    # What the machine is: its measurement is kept under it, and it stays the target's
+    # identity (CPU.machine) however often the figures are measured again.
+    key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
+                      topo.cache_group_bytes, quota)
     if measure:
-        key = machine_key(topo.model, topo.flags, topo.logical_cpus, topo.cache_group_level,
-                          topo.cache_group_bytes, quota)
         m = kept_measurement(key, lambda: _measure(cores, topo.mhz, budget_s, topo.flags),
                              refresh, quiet=lambda: load_now() <= BUSY)
         mhz, core_bw = m.mhz, m.core_bandwidth
@@ -526,6 +530,7 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
                      f"{estimate / 1e9:.1f}); streaming c = a + b on 1 and {cores} threads; "
                      f"{_load_note(m)}; kept, rounded to 2 significant figures (planner "
                      f"target detect measures again)")
+        notes.extend(_figure_notes(m))
     else:
         estimate = estimated_peak_flops(cores, mhz, topo.flags)
         core_bw, all_bw, flops = 10e9, 10e9 * min(cores, 4), estimate
@@ -545,7 +550,8 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
     cpu = CPU(model=topo.model, peak_flops=flops, math_peak_flops=math_peaks,
               memory_bandwidth=all_bw, core_bandwidth=core_bw,
               cache_group_level=topo.cache_group_level, cache_group_bytes=topo.cache_group_bytes,
-              vector_floats=vector_floats(topo.flags, os.environ.get("ONEDNN_MAX_CPU_ISA")))
+              vector_floats=vector_floats(topo.flags, os.environ.get("ONEDNN_MAX_CPU_ISA")),
+              machine=key)
     return Target(name="host", description=f"detected: {topo.model}", host_memory_bytes=memory,
                   cpu=cpu, logical_cpus=topo.logical_cpus, gpus=tuple(gpus), notes=tuple(notes),
                   provenance=TargetProvenance(tool=f"planner {__version__}",
@@ -555,35 +561,75 @@ def detect(measure: bool = True, sys_root: Path = Path("/sys"), proc_root: Path 
 
 def _measure(cores: int, mhz: float, budget_s: float,
              flags: frozenset[str] = frozenset()) -> HostMeasurement:
-    """This machine's bandwidths and GEMM FLOP/s, now (planner.target.measure), with the
-    other processes' share of the machine meanwhile (planner.target.load)."""
-    clock = CpuClock()
+    """This machine's bandwidths and GEMM FLOP/s, now (planner.target.measure), each with the
+    load while it was measured (planner.target.load.CpuClock.load) and when."""
     per_thread = max(8 * MiB, min(64 * MiB, (512 * MiB) // cores))
-    core_bw = stream_bandwidth(1, per_thread, budget_s)
-    # Other processes only ever slow a measurement down, and they hurt the all-core run
-    # most: take the better of all cores together and cores x one core.
-    all_bw = max(stream_bandwidth(cores, per_thread, budget_s), core_bw)
     gemm = tuned_gemm()
-    all_flops = tuned_gemm_flops(1024, budget_s, threads=cores)
-    one_flops = (tuned_gemm_flops(1024, budget_s, threads=1)
-                 if gemm == "torch" or can_limit_blas_threads() else 0.0)
+    figures: dict[str, tuple[float, float, str]] = {}
+
+    def figure(name: str, threads: int, run: Callable[[Rounds], float]) -> None:
+        clock, rounds = CpuClock(), Rounds()
+        value = run(rounds)
+        load = clock.load(threads, rounds.ran(threads))
+        figures[name] = (value, load_now() if load is None else load, _now())
+
+    # One thread first: an all-core GEMM's team would spin on beside it, and a one-thread
+    # round counts the process's CPU time, not the others' (planner.target.measure).
+    figure("core_bandwidth", 1, lambda r: stream_bandwidth(1, per_thread, budget_s, r))
+    if gemm == "torch" or can_limit_blas_threads():
+        figure("gemm_flops_one_core", 1,
+               lambda r: tuned_gemm_flops(1024, budget_s, threads=1, rounds=r))
+    figure("memory_bandwidth", cores, lambda r: stream_bandwidth(cores, per_thread, budget_s, r))
+    # Other processes only ever slow a measurement down, and they hurt the all-core run
+    # most: take the better of all cores together and one core.
+    figures["memory_bandwidth"] = max(figures["memory_bandwidth"], figures["core_bandwidth"])
+    figure("gemm_flops_all_cores", cores,
+           lambda r: tuned_gemm_flops(1024, budget_s, threads=cores, rounds=r))
     # bfloat16 only where the ISA computes it (without, oneDNN converts: slower than float32).
-    native_bf16 = gemm == "torch" and bool({"avx512_bf16", "amx_bf16"} & flags)
-    bf16 = tuned_gemm_flops(1024, budget_s, threads=cores, dtype="bfloat16") \
-        if native_bf16 else 0.0
-    load = clock.share()
-    return HostMeasurement(core_bandwidth=core_bw, memory_bandwidth=all_bw,
-                           gemm_flops_all_cores=all_flops, gemm_flops_one_core=one_flops,
-                           mhz=mhz, date=_now(), load=load_now() if load is None else load,
-                           gemm=gemm, gemm_bf16_flops=bf16)
+    if gemm == "torch" and bool({"avx512_bf16", "amx_bf16"} & flags):
+        figure("gemm_bf16_flops", cores,
+               lambda r: tuned_gemm_flops(1024, budget_s, threads=cores, dtype="bfloat16",
+                                          rounds=r))
+    loads = {f: load for f, (_, load, _) in figures.items()}
+    return HostMeasurement(**{f: v for f, (v, _, _) in figures.items()},
+                           **{f: 0.0 for f in RATES if f not in figures},
+                           mhz=mhz, date=_now(), load=max(loads.values()), gemm=gemm,
+                           loads=loads, dates={f: d for f, (_, _, d) in figures.items()})
+
+
+# How `describe` and the notes name each figure.
+FIGURES = {"core_bandwidth": ("streaming, one core", 1e9, "GB/s"),
+           "memory_bandwidth": ("streaming, all cores", 1e9, "GB/s"),
+           "gemm_flops_one_core": ("float32 GEMM, one core", 1e9, "GFLOP/s"),
+           "gemm_flops_all_cores": ("float32 GEMM, all cores", 1e9, "GFLOP/s"),
+           "gemm_bf16_flops": ("bfloat16 GEMM, all cores", 1e9, "GFLOP/s")}
+
+
+def _figure_notes(m: HostMeasurement) -> list[str]:
+    """One note per measured figure: its value, when and at what load (`planner target
+    show host` adds its age)."""
+    out = []
+    for f, (what, unit, units) in FIGURES.items():
+        if getattr(m, f):
+            out.append(f"figure {what}: {getattr(m, f) / unit:,.1f} {units} measured "
+                       f"{m.date_of(f)} {_load_words(m.load_of(f), m.busy_figure(f))}")
+    return out
+
+
+AGAIN = "busy: measured again when the machine is quiet"
+
+
+def _load_words(load: float | None, busy: bool) -> str:
+    if load is None:
+        return f"at an unrecorded load ({AGAIN})"
+    return f"at load {load:.2f} ({AGAIN if busy else 'quiet'})"
 
 
 def _load_note(m: HostMeasurement) -> str:
-    if m.load is None:
-        return "measured at an unrecorded load (kept until a quiet machine measures again)"
-    state = ("busy: kept until a quiet machine measures again" if m.busy
-             else "quiet")
-    return f"measured at load {m.load:.2f} ({state})"
+    busy = [FIGURES[f][0] for f in RATES if m.busy_figure(f)]
+    if not busy:
+        return "every figure measured quiet"
+    return f"measured busy: {', '.join(busy)} (kept until a quiet machine measures again)"
 
 
 def _now() -> str:

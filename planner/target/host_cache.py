@@ -8,19 +8,23 @@ differed. So the numbers are measured once and written to the cache folder ($PLA
 default ~/.cache/planner) under `hosts/<machine>.json`, where <machine> is a digest of what
 identifies the machine to the planner: the CPU model and ISA flags, the logical CPUs'
 topology (cores, packages, cache groups, NUMA nodes) and the CPUs this process may run on (a
-process pinned to fewer CPUs is another machine). `planner target detect` measures again and
-replaces the entry; every other command (`--target host`) reads it, measuring only when there
-is none (or it cannot be read).
+process pinned to fewer CPUs is another machine); the target keeps it (CPU.machine) as its
+identity, which keys what is kept per host (the cost store: planner.costs.host_costs.host_key),
+so measuring the figures again never leaves those behind. `planner target detect` measures
+again and replaces the entry; every other command (`--target host`) reads it, measuring only
+when there is none (or it cannot be read).
 
 A figure measured under load is never kept as truth (the cost store's rule,
-planner.costs.host_costs): each measurement records the other processes' share of the machine
-while it ran (`load`, planner.costs.host_costs.CpuClock), and `keep` decides what is kept: a
-quiet measurement (load <= BUSY) replaces whatever was kept; a busy one replaces only another
-busy one (each figure the larger of the two: other processes only ever slow a measurement down)
-and never a quiet one. An entry kept from a busy machine (or from before loads were recorded) is
-measured again by the first detection that finds the machine quiet. `planner target detect` at
-load 8 once recorded a float32 peak of 54 GFLOP/s on a host whose ResNet-50 step ran at 202
-(issue 60).
+planner.costs.host_costs): each figure (a bandwidth, a GEMM rate) records the load while it was
+measured (`loads`: planner.target.load.CpuClock.load, the other processes' runnable threads per
+logical CPU, from their CPU time and from the wait for a CPU this process's own CPU time shows)
+and when (`dates`), and `keep` decides, figure by figure, what is kept: a quiet figure (load <=
+BUSY) replaces the kept one; a busy one replaces only a busy one it beats (other processes only
+ever slow a measurement down) and never a quiet one. An entry with a busy figure (or from
+before loads were recorded) is measured again by the first detection that finds the machine
+quiet. `planner target detect` at load 8 once recorded a float32 peak of 54 GFLOP/s on a host
+whose ResNet-50 step ran at 202 (issue 60); at load 12, 114 against 300 without neighbours,
+labelled "at load 0.90": the others' CPU share, which cannot pass the CPUs there are (issue 89).
 
 The values kept are rounded to two significant figures (12.3 GB/s -> 12 GB/s, 146 GFLOP/s ->
 150 GFLOP/s): run-to-run noise is a few percent, and a plan made from a re-measured entry
@@ -69,13 +73,32 @@ class HostMeasurement(Record):
     # bfloat16 GEMM FLOP/s on all cores, where the ISA computes bfloat16 natively
     # (avx512_bf16, amx_bf16) and torch is there to run it; 0: not measured.
     gemm_bf16_flops: float = 0.0
+    # Each rate's own load and date (RATES' names); a rate missing here has the entry's
+    # `load` and `date` (an entry from before figures had their own).
+    loads: dict[str, float] = {}
+    dates: dict[str, str] = {}
 
     def rounded(self) -> HostMeasurement:
         return self.model_copy(update={k: two_figures(v) for k, v in self.__dict__.items()
                                        if isinstance(v, float) and k != "load"})
 
+    def load_of(self, figure: str) -> float | None:
+        return self.loads.get(figure, self.load)
+
+    def date_of(self, figure: str) -> str:
+        return self.dates.get(figure, self.date)
+
+    def busy_figure(self, figure: str) -> bool:
+        """Whether `figure` was measured busy (or at an unrecorded load); a rate of 0 was
+        not measured (no native bfloat16, no way to limit BLAS's threads) and is not busy."""
+        load = self.load_of(figure)
+        return getattr(self, figure) != 0 and (load is None or load > BUSY)
+
     @property
     def busy(self) -> bool:
+        """Whether any figure was measured busy: the entry is measured again when quiet."""
+        if self.loads:
+            return any(self.busy_figure(f) for f in RATES)
         return self.load is None or self.load > BUSY
 
 
@@ -85,9 +108,11 @@ RATES = ("core_bandwidth", "memory_bandwidth", "gemm_flops_all_cores", "gemm_flo
 
 
 def keep(kept: HostMeasurement | None, new: HostMeasurement) -> HostMeasurement:
-    """What is kept of `kept` once `new` is measured (module docstring): a quiet measurement
-    replaces it, a busy one never replaces a quiet one, and of two busy ones each rate is the
-    larger.
+    """What is kept of `kept` once `new` is measured (module docstring), figure by figure: a
+    quiet figure replaces the kept one, a busy one never replaces a quiet one, and of two busy
+    ones the larger is kept, with its load and date. `kept` itself where no figure changed.
+    GEMM rates of another library (torch, numpy) are not compared: `new` replaces a busy
+    `kept` whole, and never a quiet one.
 
     >>> quiet = HostMeasurement(core_bandwidth=2e10, memory_bandwidth=2e10, mhz=2400.0,
     ...     gemm_flops_all_cores=1.5e11, gemm_flops_one_core=8e10, date="d", load=0.0)
@@ -97,11 +122,36 @@ def keep(kept: HostMeasurement | None, new: HostMeasurement) -> HostMeasurement:
     >>> keep(busy, busy.model_copy(update={"gemm_flops_all_cores": 6e10})).gemm_flops_all_cores
     60000000000.0
     """
-    if kept is None or not new.busy or kept.busy and new.gemm != kept.gemm:
+    if kept is None:
         return new
-    if not kept.busy:
+    if new.gemm != kept.gemm:
+        return new if kept.busy or not new.busy else kept
+    taken = [f for f in RATES if _replaces(kept, new, f)]
+    if not taken:
         return kept
-    return new.model_copy(update={f: max(getattr(kept, f), getattr(new, f)) for f in RATES})
+    if all(f in taken or getattr(kept, f) == 0 for f in RATES):
+        return new
+    source = {f: new if f in taken else kept for f in RATES if getattr(new if f in taken
+                                                                      else kept, f)}
+    loads = {f: m.load_of(f) for f, m in source.items()}
+    dates = {f: m.date_of(f) for f, m in source.items()}
+    known = {f: v for f, v in loads.items() if v is not None}
+    return new.model_copy(update={
+        **{f: getattr(kept, f) for f in RATES if f not in taken},
+        "loads": known, "dates": dates, "date": max(dates.values()),
+        "load": max(known.values()) if len(known) == len(loads) else None})
+
+
+def _replaces(kept: HostMeasurement, new: HostMeasurement, figure: str) -> bool:
+    """Whether `new`'s `figure` replaces `kept`'s: quiet, or busy and faster than a busy (or
+    unmeasured) one; an unmeasured one (0) never does, nor the same figure read twice."""
+    value, was = getattr(new, figure), getattr(kept, figure)
+    if value == 0 or (value, new.load_of(figure), new.date_of(figure)) == (
+            was, kept.load_of(figure), kept.date_of(figure)):
+        return False
+    if not new.busy_figure(figure):
+        return True
+    return (was == 0 or kept.busy_figure(figure)) and value > was
 
 
 def two_figures(x: float) -> float:
@@ -160,6 +210,7 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
 PLAUSIBLE = {"core_bandwidth": (1e6, 1e14), "memory_bandwidth": (1e6, 1e14),
              "gemm_flops_all_cores": (1e6, 1e17), "gemm_flops_one_core": (1e6, 1e17),
              "gemm_bf16_flops": (1e6, 1e17), "mhz": (1.0, 1e5)}
+MAX_LOAD = 1e6  # runnable threads per logical CPU: no machine queues more
 UNMEASURED_ZERO = ("gemm_flops_one_core", "gemm_bf16_flops", "mhz")
 
 
@@ -189,6 +240,14 @@ def _read(path: Path) -> HostMeasurement | None:
         if not (low <= value <= high or (value == 0 and field in UNMEASURED_ZERO)):
             raise _refused(path, f"{field} {value!r} is not a plausible measurement (between "
                                  f"{low:g} and {high:g})")
+    for field in ("loads", "dates"):
+        if unknown := sorted(set(getattr(kept, field)) - set(RATES)):
+            raise _refused(path, f"{field}.{unknown[0][:40]!r} is not a measured figure (one of "
+                                 f"{', '.join(RATES)})")
+    for figure, load in kept.loads.items():
+        if not 0 <= load <= MAX_LOAD:
+            raise _refused(path, f"loads.{figure} {load!r} is not a load (between 0 and "
+                                 f"{MAX_LOAD:g})")
     return kept.rounded()
 
 

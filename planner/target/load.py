@@ -76,16 +76,43 @@ def others_share(before: CpuTimes, after: CpuTimes, seconds: float, cpus: int) -
     return round(max(0.0, others) / (seconds * max(1, cpus)), 3)
 
 
+# Below this fraction of its threads' wall time on a CPU, a measurement waited for one: the
+# scheduler gave the rest to other processes (runnable beside it, above the CPUs' count). At
+# 0.8, `waited_load` says BUSY for threads on every CPU: the thresholds agree.
+RAN = 0.8
+
+
+def waited_load(ran: float, threads: int, cpus: int) -> float:
+    """The other processes' runnable threads per logical CPU, from the fraction `ran` of its
+    `threads` threads' wall time this process spent on a CPU: the scheduler shares the CPUs
+    evenly, so each of R runnable threads runs cpus / R of the time, and R - threads of them
+    are the others'. 0.0 where it ran (RAN): the others then fit beside it (`others_share`).
+
+    Unlike the others' CPU share (at most the CPUs there are: "load 0.90" at a load average of
+    12 on two CPUs), this grows with the queue: a measurement that ran a fifth of its time
+    beside 8 others' threads on 2 CPUs says so.
+
+    Example (two threads on two CPUs ran a fifth of the time: ten runnable, eight others'):
+        >>> waited_load(0.2, 2, 2), waited_load(0.85, 2, 2)
+        (4.0, 0.0)
+    """
+    if ran >= RAN:
+        return 0.0
+    return round(max(0.0, 1.0 / max(ran, 1e-3) - threads / max(1, cpus)), 3)
+
+
 class CpuClock:
     """The other processes' share of the machine over a stretch of this one's work:
 
         clock = CpuClock()
         ...  # measure
         load = clock.share()   # None where the counters are missing
+        load = clock.load(2)   # and what the wait for a CPU of its 2 threads says
     """
 
     def __init__(self) -> None:
         self._start, self._t0 = cpu_times(), time.monotonic()
+        self._own0 = time.process_time()  # this process's threads, to the nanosecond
 
     def share(self) -> float | None:
         end = cpu_times()
@@ -93,3 +120,17 @@ class CpuClock:
             return None
         return others_share(self._start, end, time.monotonic() - self._t0,
                             os.cpu_count() or 1)
+
+    def load(self, threads: int, ran: float | None = None) -> float | None:
+        """The load over the stretch, for work running `threads` threads: the larger of the
+        others' share of the CPUs and what this process's own CPU time says it waited
+        (`waited_load`; `ran`: the fraction of its threads' time on a CPU where the work
+        counted it, else over the whole stretch); None where the counters are missing."""
+        end, seconds = cpu_times(), time.monotonic() - self._t0
+        if self._start is None or end is None or seconds <= 0:
+            return None
+        cpus = os.cpu_count() or 1
+        if ran is None:
+            ran = (time.process_time() - self._own0) / (seconds * max(1, threads))
+        return max(others_share(self._start, end, seconds, cpus),
+                   waited_load(ran, threads, cpus))

@@ -103,6 +103,17 @@ class CPU(Processor):
     # Left out of the JSON when unset, so targets written before it read and write back
     # unchanged.
     vector_floats: Literal[8, 16] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What identifies the machine (planner.target.host_cache.machine_key: a digest of the CPU
+    # model, its ISA flags, the logical CPUs' topology, the cache group and the cgroup CPU
+    # quota), set by host detection; unset (a preset), left out of the JSON.
+    machine: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+# The CPU figures host detection measures (planner.target.measure): they move with the
+# machine's load and are measured again when it is quiet, so they are values kept for a
+# machine, never part of what identifies it (Target.identity).
+MEASURED_FIGURES = frozenset({"peak_flops", "math_peak_flops", "memory_bandwidth",
+                              "core_bandwidth"})
 
 
 # A kernel stream's cuDNN and cuBLAS handles with their first-use allocations where the target
@@ -290,6 +301,23 @@ class Target(Record):
         from planner.io.read import parse_json  # every command's reader
 
         return cls.model_validate(parse_json(text, "target"))
+
+    def identity(self) -> dict:
+        """What the machine is, as JSON data: the target less the figures detection measures
+        (MEASURED_FIGURES), its notes and its provenance (which say what was measured, when
+        and at what load). A host measured again, quiet or busy, is the same host: what is
+        kept under its identity (the cost store, planner.costs.host_costs.host_key) stays.
+
+        >>> cpus = (LogicalCPU(id=0, core=0, cache_group=0),)
+        >>> t = Target(name="t", host_memory_bytes=2**30, logical_cpus=cpus, cpu=CPU(
+        ...     model="m", peak_flops=1e11, memory_bandwidth=2e10, core_bandwidth=1e10,
+        ...     cache_group_level=2, cache_group_bytes=2**20, machine="k"))
+        >>> slower = t.model_copy(update={"cpu": t.cpu.model_copy(update={"peak_flops": 5e10})})
+        >>> slower.identity() == t.identity(), "peak_flops" in t.identity()["cpu"]
+        (True, False)
+        """
+        cpu = {"cpu": set(MEASURED_FIGURES)} if self.cpu is not None else {}
+        return self.model_dump(mode="json", exclude={"notes": True, "provenance": True, **cpu})
 
     def digest(self) -> str:
         """sha256 of the canonical JSON without provenance: equal machines, equal digests."""

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.host_figures import keep_host_quiet
+
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = "zoo:mlp?batch=4&hidden=8&in_features=4&classes=2"
 # The child: `planner plan`, with the machine read as quiet (whether a busy measurement is
@@ -54,6 +56,9 @@ def _cache_with_runtime(folder: Path) -> Path:
     runtime = build_runtime(progress=lambda s: None).parent.parent
     folder.mkdir()
     (folder / runtime.name).symlink_to(runtime)
+    # The host's figures kept as a quiet machine's: every child prices from the same ones (a
+    # busy figure measured again when quiet would move the plans compared, not the store).
+    keep_host_quiet(folder)
     return folder
 
 

@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
+from planner.costs.host_costs import host_key
 from planner.target.detect import detect
 from planner.target.host_cache import HostMeasurement, two_figures
+from tests.helpers.host_figures import keep_host_quiet
 
 
 def kept_files(cache) -> list:
@@ -28,7 +30,9 @@ def test_detect_measures_once_keeps_rounded_values_and_refresh_measures_again(
         assert v == two_figures(v) > 0
     assert first.cpu.memory_bandwidth == kept.memory_bandwidth
     # A value no machine measures, written into the entry, is what the next detect reads.
-    entry.write_text(kept.model_copy(update={"memory_bandwidth": 1.234e9, "load": 0.0})
+    # Written as measured quiet: a busy figure would be measured again on a quiet machine.
+    entry.write_text(kept.model_copy(update={"memory_bandwidth": 1.234e9, "load": 0.0,
+                                             "loads": dict.fromkeys(kept.loads, 0.0)})
                      .model_dump_json())
     assert detect(budget_s=0.01).cpu.memory_bandwidth == 1.2e9
     fresh = detect(budget_s=0.01, refresh=True)
@@ -50,7 +54,7 @@ def test_another_affinity_is_another_machine(tmp_path, monkeypatch):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: no smaller set to pin to")
     monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
-    detect(budget_s=0.01)
+    every = detect(budget_s=0.01)
     cpus = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {min(cpus)})
@@ -58,12 +62,13 @@ def test_another_affinity_is_another_machine(tmp_path, monkeypatch):
     finally:
         os.sched_setaffinity(0, cpus)
     assert len(kept_files(tmp_path)) == 2 and len(one.logical_cpus) == 1
+    assert host_key(one) != host_key(every)  # and its kernels' times are kept apart
 
 
-def test_plan_target_host_twice_gives_byte_identical_plans(tmp_path, monkeypatch):
+def test_plan_target_host_twice_gives_byte_identical_plans(tmp_path):
     env = {**os.environ, "PLANNER_CACHE": str(tmp_path / "cache")}
-    monkeypatch.setenv("PLANNER_CACHE", env["PLANNER_CACHE"])
-    detect(budget_s=0.01)  # measured here, quickly: both commands read what it kept
+    # Measured here, quickly, and kept as quiet: both commands read what it kept.
+    keep_host_quiet(tmp_path / "cache")
     plans = []
     for k in range(2):
         out = tmp_path / f"p{k}.json"

@@ -40,6 +40,10 @@ def set_field(path: Path, field: str, value) -> None:
     ("gemm_flops_all_cores", 1e300, "gemm_flops_all_cores 1e+300 is not a plausible"),
     ("memory_bandwidth", "12", 'memory_bandwidth: input should be a valid number (got "12")'),
     ("memory_bandwidth", True, "memory_bandwidth: input should be a valid number (got true)"),
+    ("loads", {"gemm_flops_all_cores": -1.0}, "loads.gemm_flops_all_cores -1.0 is not a load"),
+    ("loads", {"memory_bandwidth": float("nan")}, "loads.memory_bandwidth: input should be a"),
+    ("loads", {"x\n": 1.0}, "loads.'x\\n' is not a measured figure (one of core_bandwidth"),
+    ("dates", {"memory_bandwidth": 5}, "dates.memory_bandwidth: input should be a valid string"),
 ])
 def test_an_implausible_kept_value_is_refused_naming_the_file_and_field(
         entry, field, value, says, capsys):

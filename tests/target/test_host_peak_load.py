@@ -62,8 +62,10 @@ def test_detect_at_load_keeps_the_quiet_peak(cache, monkeypatch):
     busy = detect(refresh=True)
     assert busy.cpu.peak_flops == quiet.cpu.peak_flops == max(1.5e11, busy.cores * 7.6e10)
     assert busy.cpu.memory_bandwidth == quiet.cpu.memory_bandwidth == 2.2e10
-    assert any("torch float32 GEMM 150.0 GFLOP/s" in n and "load 0.05 (quiet)" in n
+    assert any("torch float32 GEMM 150.0 GFLOP/s" in n and "every figure measured quiet" in n
                for n in busy.notes)
+    assert any(n.startswith("figure float32 GEMM, all cores: 150.0 GFLOP/s measured "
+                            "2026-11-26T06:00:00Z at load 0.05 (quiet)") for n in busy.notes)
 
 
 @pytest.mark.parametrize("flags", [frozenset({"avx2", "fma"}),
@@ -71,7 +73,7 @@ def test_detect_at_load_keeps_the_quiet_peak(cache, monkeypatch):
 def test_bfloat16_is_measured_only_where_the_isa_computes_it(monkeypatch, flags):
     calls = []
 
-    def fake(n, budget_s, threads=None, dtype="float32"):
+    def fake(n, budget_s, threads=None, dtype="float32", rounds=None):
         calls.append(dtype)
         return 1e11 if dtype == "float32" else 3e11
 
