@@ -132,19 +132,16 @@ from planner.graph.validate import GraphError, check_graph, check_loss, normaliz
 from planner.graph.weight_grads import batch_weight_gradients
 from planner.ir.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
 from planner.ir.graph import Graph, Node, Tensor
+from planner.ir.phases import node_phase
 from planner.ops import TensorType, get_op
+from planner.ops.loss import LOSS_OPS
 from planner.ops.random import RANDOM_OPS
-
-# Ops whose scalar output is a training loss (a mean over the batch).
-LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE", "NLLLoss"})
 
 # Name prefixes the training graph reserves for what this pass adds.
 RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/", "rng/")
 
 # The training step counter Dropout nodes read for a fresh mask each step (planner/ops/dropout.py).
 DROPOUT_STEP = "rng/step"
-
-PHASES: tuple[str, ...] = ("forward", "backward", "update")
 
 # fp16-mixed's dynamic loss scale (float32 scalar state; the backward seed) and the overflow
 # flag of each step's gradients (planner/ops/loss_scale.py).
@@ -315,21 +312,6 @@ def find_loss(graph: Graph) -> str:
         raise AutodiffError(f"graph {graph.name!r} has several losses {losses}; "
                             f"combine them into one before training")
     return losses[0]
-
-
-def node_phase(graph: Graph, node: Node) -> str:
-    """"forward", "backward" or "update": what part of a training step a node belongs to.
-
-    Backward nodes write gradients (role "grad"); update nodes write nothing but next values of
-    persistent tensors (params, optimizer state, the dropout step); everything else (a BatchNorm
-    updating its running statistics beside its output included) is forward.
-    """
-    outs = [graph.tensor(o) for o in node.outputs]
-    if any(t.role == "grad" for t in outs):
-        return "backward"
-    if all(t.updates is not None for t in outs):
-        return "update"
-    return "forward"
 
 
 # ---- differentiation --------------------------------------------------------------------------

@@ -25,9 +25,9 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.autodiff import node_phase
 from planner.graph.validate import GraphError, check_graph
 from planner.ir.graph import Graph, Node
+from planner.ir.phases import node_phase
 from planner.ops import get_op
 
 

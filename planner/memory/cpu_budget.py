@@ -55,8 +55,8 @@ from planner.costs import CostModel
 from planner.costs.records import CostTable
 from planner.costs.signature import graph_signatures
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import node_phase
 from planner.ir.graph import Graph
+from planner.ir.phases import node_phase
 from planner.memory.arena import CPU_FIRST
 from planner.memory.budget.search import Move, State
 from planner.memory.budget.solver import (

@@ -41,9 +41,9 @@ from planner.costs import CostModel, MissingCostWarning, graph_signatures
 from planner.costs.analytical import op_work
 from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
 from planner.costs.signature import OpSignature
-from planner.graph.autodiff import node_phase
 from planner.graph.deps import predecessors
 from planner.ir.graph import Graph, Node
+from planner.ir.phases import node_phase
 from planner.ops import get_op
 from planner.schedule.gpu_share import (
     busy_seconds,

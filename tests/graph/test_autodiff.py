@@ -13,7 +13,6 @@ from planner.graph.autodiff import (
     find_loss,
     gradients,
     make_training_graph,
-    node_phase,
 )
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.fold_conv_bias import fold_conv_biases
@@ -21,6 +20,7 @@ from planner.graph.interpret import init_params, random_feeds, run, train_step
 from planner.graph.optimizer import Optimizer
 from planner.graph.summary import summarize
 from planner.ir.graph import Graph, Node, Tensor
+from planner.ir.phases import node_phase
 from planner.ops import REGISTRY, get_op
 from tests.zoo.small_configs import SMALL_TRAINING
 

@@ -586,7 +586,7 @@ def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
     """The first output, when it is a float scalar no loss op writes (a loss of several terms,
     `F.mse_loss(o, y) + beta * kl`, traced with the model, or a module returning its own loss
     first): marked as the graph's loss (Graph.loss), which autodiff seeds."""
-    from planner.graph.autodiff import LOSS_OPS
+    from planner.ops.loss import LOSS_OPS
 
     if not outputs:
         return None
