@@ -102,7 +102,7 @@ CAST_IN_GRAPH = frozenset({"bfloat16"})
 WRITTEN = "float32"
 
 # An operand a step keeps channel-blocked crosses no graph boundary (what is fed and returned
-# is plain: planner.graph.blocked), so where a signature has one blocked, it is written (even
+# is plain: planner.step.blocked), so where a signature has one blocked, it is written (even
 # with written=False) by a depthwise 1x1 convolution from its plain feed, `{prefix}block{i}`,
 # and each copy's blocked output is read by another, `{prefix}unblock{k}_{j}`, into the graph's
 # plain output: convolutions take either layout at their image and output, as the step's
@@ -703,7 +703,7 @@ def _fit_contention(target: Target, lone: Plan, corun: Plan, costs: CostTable,
     measured, in the simulator's terms
     (measured x the one-lane plan's predicted / measured step: what the store's times miss
     of any step, the load among it, is not charged to co-running). Of the plans' own graph:
-    planning rewrites the graph it is given for the cores (planner.graph.for_cores: an LSTM's
+    planning rewrites the graph it is given for the cores (planner.step.for_cores: an LSTM's
     weight gradient as one GEMM), and the plan's ops are that graph's nodes."""
     from planner.costs import CostModel
     from planner.schedule import ScheduleOptions

@@ -14,6 +14,7 @@ folders (a folder's modules are its layer's), and of the few files directly unde
     importers  planner/importers/ (the importer kit, ONNX, ATen, the .pt2 reader) and
                planner/zoo/ (the built-in models' builders)
     frontend   planner/frontend/ (a GRAPH argument loaded, the passes under GraphOptions)
+    step       planner/step/ (the step graph's passes, under what planning chose for a target)
     costs      planner/costs/
     schedule   planner/schedule/
     memory     planner/memory/
@@ -51,6 +52,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "target": ("planner.target",),
     "importers": ("planner.importers", "planner.zoo"),
     "frontend": ("planner.frontend",),
+    "step": ("planner.step",),
     "costs": ("planner.costs",),
     "schedule": ("planner.schedule",),
     "memory": ("planner.memory",),

@@ -20,7 +20,7 @@ executors do, and gets the float32 signatures:
     >>> s.model_copy(update={"math_mode": "tf32"}).key.endswith("} math=tf32")
     True
 
-A CPU step that keeps images channel-blocked (planner.graph.blocked) runs its convolutions,
+A CPU step that keeps images channel-blocked (planner.step.blocked) runs its convolutions,
 BatchNorms, pools and pointwise ops on blocked operands: no reorders in and out of a
 convolution, other loops than on plain ones. Their signatures carry each operand's layout
 (`layouts`, inputs then outputs, "plain" for a plain one), which ends the key

@@ -17,7 +17,7 @@ Each pass is a pure function of the graph and the options, and the graph is chec
 (planner.graph.validate.check_graph) after every one that changed it, so a pass that breaks a
 rule is caught where it does. The target is no input: the same model and options give the
 same graph, which `planner graph -o` writes and `planner plan` of that file plans exactly as
-`planner plan` of the model (what depends on the step's cores is planned: planner.graph.for_cores).
+`planner plan` of the model (what depends on the step's cores is planned: planner.step.for_cores).
 
 Example:
     >>> from planner.graph.optimizer import Optimizer

@@ -31,7 +31,7 @@ tuple TRAINING_PASSES):
     fold_conv_biases a Conv2D's BiasAdd over the channels and Relu become its bias input and
                      activation (planner/graph/fold_conv_bias.py)
 
-What depends on the CPU cores a step runs on is planning's (planner/graph/step.py): a graph
+What depends on the CPU cores a step runs on is planning's (planner/step/): a graph
 does not depend on the target.
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is

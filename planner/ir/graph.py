@@ -74,7 +74,7 @@ class Tensor(Record):
     updates: str | None = None
     # The value of every element of an init "constant" tensor (and only of one).
     value: float | None = None
-    # How a step graph keeps its bytes (planner.graph.blocked): a float32 (N, C, H, W) image
+    # How a step graph keeps its bytes (planner.step.blocked): a float32 (N, C, H, W) image
     # in oneDNN's channel-blocked layout, C / B blocks of B channels (N, C/B, H, W, B),
     # nChw16c or nChw8c. None (absent from the JSON): plain NCHW, every tensor's layout
     # before the field existed.

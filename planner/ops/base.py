@@ -249,7 +249,7 @@ class OpDef:
     # Its scalar formula, when it is computed element by element (generated GPU kernels).
     pointwise: Pointwise | None = None
     # Which of its float32 image operands its CPU kernel also reads or writes channel-blocked
-    # (Tensor.layout; planner.graph.blocked keeps activations so between such ops): given the
+    # (Tensor.layout; planner.step.blocked keeps activations so between such ops): given the
     # node's attrs, groups of (side, index) operands ("in", 0: input 0), each group blocked or
     # plain as one, independently of the others; BY_POSITION: every operand, all in one layout
     # (a kernel visiting elements by position, for which operands of one shape line up

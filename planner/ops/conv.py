@@ -16,7 +16,7 @@ and Relu that followed it (planner/graph/fold_conv_bias.py): an optional third i
 shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
 applied after it, y = act(conv(x, w) + bias), float32 only (planner/ops/fused_activation.py,
 shared with MatMul); or "leaky_relu" with its `alpha`, a CPU step's folded LeakyRelu
-(planner/graph/fold_conv_leaky.py: oneDNN's eltwise post-op). The kernels do both in the op
+(planner/step/fold_conv_leaky.py: oneDNN's eltwise post-op). The kernels do both in the op
 (oneDNN's convolution bias and one Relu pass over y; a bias and activation pass after cuDNN's
 convolution), so a layer is one op and one tensor instead of three. Folding happens after
 autodiff: the gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y,

@@ -29,8 +29,8 @@ from planner.ops.base import Attr, Attrs, GradBuilder, OpError, TensorType, get_
 
 # The `activation` values: applied to the product plus bias as y is written. Most ops take
 # "none" and "relu" (RELU_ONLY); BatchNorm and its gradient, and Conv2D, also "leaky_relu",
-# LeakyRelu's rule with the op's `alpha` attr (SLOPE_ATTR; planner/graph/fold_norm_relu.py,
-# planner/graph/fold_conv_leaky.py).
+# LeakyRelu's rule with the op's `alpha` attr (SLOPE_ATTR; planner/step/fold_norm_relu.py,
+# planner/step/fold_conv_leaky.py).
 ACTIVATIONS = ("none", "relu", "leaky_relu")
 RELU_ONLY = ("none", "relu")
 

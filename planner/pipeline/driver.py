@@ -3,7 +3,7 @@
     plan(graph, target, costs, options) = run(planning(graph, target, costs, options)).plan
 
     STAGES, each a pure function Planning -> Planning:
-        step graph    the rewrites that depend on the target (planner.graph.step's passes,
+        step graph    the rewrites that depend on the target (planner.step's passes,
                       each checked): the step's CPU cores, the convolutions' measured layouts,
                       the ranks' gradient collectives
         fits          nothing to plan, or a node far too large: refused before any decision

@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import UserError
-from planner.graph.sharded_parameters import backward_start
 from planner.plan import Plan
+from planner.step.collectives.sharded_parameters import backward_start
 
 
 def explain_gather(plan: Plan, name: str) -> dict[str, Any]:

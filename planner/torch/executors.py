@@ -243,7 +243,7 @@ class _Range:
     name: str  # its package's
     plan: Any
     package: Any
-    choices: Any  # what its step graph was made with (planner.graph.step.StepChoices)
+    choices: Any  # what its step graph was made with (planner.step.StepChoices)
     # Planned while this host's measurements were taken (codegen/measure_later.py): the jobs
     # it waits on; once they end, the range is planned again by its next call. None: priced
     # by all it asked.

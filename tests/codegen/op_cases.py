@@ -93,7 +93,7 @@ CASES: dict[str, list[tuple]] = {
                           ([((3, 8), N), ((3, 8), U)], {"scale": 1.5})],
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {}),
-            # a residual sum's folded Relu (planner/graph/fold_sum_relu.py; CPU only)
+            # a residual sum's folded Relu (planner/step/fold_sum_relu.py; CPU only)
             ([((5, 131), N), ((5, 131), N)], {"activation": "relu"})],
     "Sub": [([((3, 8), N), ((3, 1), N)], {})],
     # (a per-sample factor, constant over each sample's trailing axes: the run loop)

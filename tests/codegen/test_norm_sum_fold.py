@@ -1,4 +1,4 @@
-"""A residual block's sum folded into the BatchNorm before it (planner/graph/fold_norm_sum.py,
+"""A residual block's sum folded into the BatchNorm before it (planner/step/fold_norm_sum.py,
 kernels/batch_norm.cpp): a ResNet training step computes the bits of the same step with the ops
 apart, on plain and channel-blocked images; evaluate() of the folded build (the BatchNorm's
 inference form with the sum) gives the reference's values; the runtime refuses a residual its

@@ -1,5 +1,5 @@
 """A residual sum's Relu and its gradient folded into the CPU runtime's sum loops
-(planner/graph/fold_sum_relu.py, kernels/binary.cpp): a ResNet training step computes the bits
+(planner/step/fold_sum_relu.py, kernels/binary.cpp): a ResNet training step computes the bits
 of the same step with the ops apart, on plain and channel-blocked images."""
 
 from __future__ import annotations

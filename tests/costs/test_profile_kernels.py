@@ -203,7 +203,7 @@ def test_signatures_are_built_together_and_a_broken_one_fails_alone(tmp_path):
 
 
 def test_in_step_profile_of_a_graph_planning_rewrites_for_the_cores(tmp_path):
-    """Planning adds ops for the cores (planner.graph.for_cores: an LSTM's weights transposed
+    """Planning adds ops for the cores (planner.step.for_cores: an LSTM's weights transposed
     once per step); the co-running fit reads the plan's own graph, where those ops are (it
     once indexed the graph it was given and failed on the first added op)."""
     from codegen.profiling import profile_in_step

@@ -130,7 +130,7 @@ def test_what_stays_compiled_in_is_refused_in_one_line(tmp_path):
 
 def test_sharding_a_cycled_momentum_is_refused():
     from planner.graph import Optimizer, make_training_graph
-    from planner.graph.data_parallel import buckets, with_sharded_updates
+    from planner.step.collectives.data_parallel import buckets, with_sharded_updates
     from planner.zoo import build
 
     graph = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),

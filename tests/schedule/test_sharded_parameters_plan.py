@@ -384,14 +384,13 @@ def test_a_gather_whose_earlier_copy_is_read_after_its_reader_is_still_placed(mo
     reader (the BatchNorm fold once made one, run after the collectives: its gradient read the
     forward's gathered bias): no op lies between the memory bound and the reader, and the
     gather is issued right behind the op before the reader rather than failing the plan."""
-    import planner.graph.step as step
+    import planner.step as step
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.verify import verify_plan
 
     order = dict(step.STEP_PASSES)
-    names = ["for cores", "conv layouts", "collectives", "norm activations", "sum activations",
-             "blocked images"]
+    names = ["for_cores", "layouts", "collectives", "fold_norm_relu", "fold_sum_relu", "blocked"]
     monkeypatch.setattr(step, "STEP_PASSES", tuple((n, order[n]) for n in names))
     graph = prepare(SWEEP["resnet-18"], GraphOptions(optimizer=Optimizer(kind="sgd")))
     with warnings.catch_warnings():

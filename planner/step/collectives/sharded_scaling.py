@@ -1,6 +1,6 @@
 """fp16-mixed's dynamic loss scaling under sharding (--shard-optimizer, --shard-parameters), as
-a pair of graph rewrites around the sharded ones (planner.graph.data_parallel,
-planner.graph.sharded_parameters).
+a pair of graph rewrites around the sharded ones (planner.step.collectives.data_parallel,
+planner.step.collectives.sharded_parameters).
 
 Unsharded, one UnscaleGrads reads every averaged gradient and writes the overflow flag
 `grad/found_inf` that the step's SkipOnOverflow nodes and UpdateLossScale read
@@ -27,7 +27,7 @@ with FSDP's ShardedGradScaler (whose found_inf is all-reduced across the ranks).
 
 Example:
     >>> from planner.graph.autodiff import make_training_graph
-    >>> from planner.graph.data_parallel import buckets, with_sharded_updates
+    >>> from planner.step.collectives.data_parallel import buckets, with_sharded_updates
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.fold_norm_relu import fold_norm_relus
 from planner.ir.graph import Graph
+from planner.step.fold_norm_relu import fold_norm_relus
 from planner.zoo import build
 from planner.zoo.layers import batch_norm, conv2d, head
 from tests.helpers.folds import assert_same_values
