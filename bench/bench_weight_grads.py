@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_executor  # noqa: E402
 
 from planner.costs import CostModel  # noqa: E402
+from planner.frontend import autodiff  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
-from planner.graph import autodiff  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target import preset  # noqa: E402
 from planner.target.detect import detect  # noqa: E402

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, run, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build

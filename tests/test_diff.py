@@ -8,7 +8,7 @@ import json
 import pytest
 
 import planner.cli as cli
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.pipeline import plan
 from planner.target import preset
 from planner.zoo import from_spec

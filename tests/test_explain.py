@@ -9,7 +9,7 @@ import pytest
 
 import planner.cli as cli
 from planner.errors import InfeasibleBudget, UserError
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.liveness import live_profile
 from planner.memory.options import MemoryOptions

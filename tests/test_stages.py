@@ -125,7 +125,12 @@ def test_data_parallel_options_reach_the_step_graph():
 
 
 def test_autodiff_rewrites_are_a_checked_pass_tuple():
-    from planner.graph.autodiff import GRADIENT_PASSES, TRAINING_PASSES, Differentiated, rewritten
+    from planner.frontend.autodiff import (
+        GRADIENT_PASSES,
+        TRAINING_PASSES,
+        Differentiated,
+        rewritten,
+    )
     from planner.graph.validate import GraphError
 
     names = [name for name, _ in TRAINING_PASSES]

@@ -5,7 +5,7 @@
         graph = with_loss(graph)       # --loss: a loss on an output, with a label input
         graph = autodiff(graph)        # --train: backward, gradient accumulation, optimizer
                                        # updates, precision casts
-                                       # (planner/graph/autodiff.py's own list of passes)
+                                       # (planner/frontend/autodiff.py's own list of passes)
         graph = kept(graph)            # --keep: tensors kept to the step's end
         graph = inference(graph)       # an inference graph's rewrites (planner/graph/inference.py)
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.errors import UserError
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.loss import with_loss as attached
 from planner.frontend.options import GraphOptions
-from planner.graph.autodiff import make_training_graph
 from planner.graph.inference import inference_rewrites
-from planner.graph.loss import with_loss as attached
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
 

@@ -1,5 +1,5 @@
 """The rewrites an inference graph gets before it is planned, as a training graph gets its own
-from make_training_graph (planner/graph/autodiff.py): attention's softmax chains fused into
+from make_training_graph (planner/frontend/autodiff.py): attention's softmax chains fused into
 ScaledSoftmax (softmax_fusion.py), then a GEMM's BiasAdd over the last axis and Relu folded
 into the MatMul (fold_bias.py), and a convolution's BiasAdd and Relu into the Conv2D
 (fold_conv_bias.py).

@@ -33,7 +33,7 @@ The rest of the graph keeps its order.
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> b = GraphBuilder("tied")
     >>> x1, x2, y = b.input("x1", (4, 3)), b.input("x2", (4, 3)), b.input("y", (4, 2))
     >>> w = b.param("w", (3, 2), init="glorot")

@@ -136,7 +136,7 @@ class Graph(Record):
     policy, planner/graph/precision.py); None (absent from the JSON) is plain float32 math.
     `loss` names the output to train on when no loss op writes it (a loss of several terms,
     `mse + beta * kl`, traced with the model); None (absent from the JSON): the output a loss
-    op writes (planner.graph.autodiff.find_loss).
+    op writes (planner.frontend.autodiff.find_loss).
     """
 
     name: str = "graph"

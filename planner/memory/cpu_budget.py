@@ -29,7 +29,7 @@ MemorySummary.host_bytes); the arena alone is what the budget bounds.
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.memory.cpu_memory import cpu_memory
     >>> from planner.schedule import ScheduleOptions, cpu_schedule
     >>> from planner.target import preset

@@ -31,7 +31,7 @@ included.
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.schedule.streams import stream_schedule
     >>> from planner.target import preset
     >>> from planner.zoo import build

@@ -14,7 +14,7 @@ over the scores instead of three or four.
 
 Why an op of its own rather than attributes of Softmax: graph attrs hold every default, so new
 Softmax attributes would change every existing graph and plan hash; and Softmax's readers
-(planner/graph/loss.py's "a loss on a Softmax takes its input") would have to learn that its
+(planner/frontend/loss.py's "a loss on a Softmax takes its input") would have to learn that its
 input is no longer the logits.
 
 Semantics are exactly the composition's, in x's dtype: the scores are `x * scale` rounded to

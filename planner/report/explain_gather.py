@@ -9,7 +9,7 @@ busy with the collective before it, or memory planning's reuse of bytes. Times, 
 on co-running CPU lanes the ops ordered before a reader may run beside one another.
 
 Example:
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.pipeline import PlanOptions, plan
     >>> from planner.schedule.parallel import DataParallelOptions
     >>> from planner.target import preset

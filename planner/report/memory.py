@@ -18,7 +18,7 @@ caller passes in (`planner show --memory` does, for a GPU plan of a preset targe
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.memory.gpu import technique_curves
     >>> from planner.pipeline import plan
     >>> from planner.target import preset

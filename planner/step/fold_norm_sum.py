@@ -25,7 +25,7 @@ step keeps the sum in the BatchNorm, in inference mode (planner/graph/evaluation
 
 Example (the block's sum after its Relu is folded by planner.step.fold_sum_relu):
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.step.fold_sum_relu import fold_sum_relus
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo.layers import batch_norm, conv2d, head, relu

@@ -18,7 +18,7 @@ such a weight once per step itself, from any view: templates/cpu/runtime/weight_
 Example: nine steps read one weight; their gradient is three chunk GEMMs and a sum, one GEMM
 on one core, the chunks where a core is left to overlap them:
 
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.builder import GraphBuilder
     >>> from planner.graph.optimizer import Optimizer
     >>> b = GraphBuilder("nine")

@@ -78,8 +78,8 @@ _DRAWS = itertools.count()
 
 def _with_draw_count(graph: Any) -> Any:
     """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
-    (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
-    from planner.graph.autodiff import _draws_without_step
+    (as planner.frontend.autodiff.add_dropout_step gives a training graph its rng/step)."""
+    from planner.frontend.autodiff import _draws_without_step
     from planner.graph.validate import check_graph
     from planner.ir.graph import Graph, Tensor
 

@@ -10,7 +10,7 @@ import pytest
 
 from codegen.profiling import _fit_contention, _uniform_plan
 from planner.costs import CostModel, CostTable
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.schedule import ScheduleOptions, cpu_schedule
 from planner.zoo import build

@@ -13,7 +13,7 @@ from codegen.profiling import _uniform_plan, team_scale
 from planner.costs import CostModel, CostTable
 from planner.costs.records import CostEntry, CpuSample
 from planner.costs.signature import graph_signatures
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.targets import two_cores

@@ -23,7 +23,7 @@ from planner.costs.host_costs import (
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.ir.graph import Graph, Node, Tensor
 from planner.pipeline import plan

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import (
+from planner.frontend.autodiff import (
     AutodiffError,
     find_loss,
     gradients,
     make_training_graph,
 )
+from planner.graph import GraphBuilder, check_graph
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.interpret import init_params, random_feeds, run, train_step

@@ -5,9 +5,9 @@ inference and training; NaN where the unfolded graph has one)."""
 import numpy as np
 import pytest
 
-import planner.graph.autodiff as autodiff
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.autodiff import gradients
+import planner.frontend.autodiff as autodiff
+from planner.frontend.autodiff import gradients, make_training_graph
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.graph.fold_bias import fold_bias_adds
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build

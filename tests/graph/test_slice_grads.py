@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import gradients
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import gradients
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.slice_grads import join_slice_gradients
 from planner.ir.graph import Graph

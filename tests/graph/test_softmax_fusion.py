@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend import autodiff as autodiff_module
+from planner.frontend.autodiff import make_training_graph
 from planner.graph import GraphBuilder, check_graph
-from planner.graph import autodiff as autodiff_module
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.optimizer import Optimizer
 from planner.graph.softmax_fusion import fuse_softmax

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import planner.graph.autodiff as autodiff
+import planner.frontend.autodiff as autodiff
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.transpose_fold import fold_transposes
 from planner.zoo import build

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import make_training_graph
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer
 from planner.graph.weight_grads import batch_weight_gradients

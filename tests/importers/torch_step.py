@@ -25,7 +25,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from planner.graph import Graph, Optimizer, attach_loss, init_params, make_training_graph
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.loss import attach_loss
+from planner.graph import Graph, Optimizer, init_params
 from planner.graph.interpret import train_step
 from planner.importers import import_onnx
 from planner.ops.dropout import dropout_mask, step_seed

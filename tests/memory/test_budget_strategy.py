@@ -15,7 +15,7 @@ import pytest
 from planner.cli.plan import format_summary
 from planner.costs import CostModel
 from planner.curve import budget_curve
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.pipeline.placing import place

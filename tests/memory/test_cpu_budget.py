@@ -9,7 +9,7 @@ import pytest
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.fit import fit
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.budget.search import State
 from planner.memory.cpu_budget import cpu_steps

@@ -12,7 +12,7 @@ import planner.memory.budget.solver as solver
 import planner.memory.gpu as gpu
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.arena import aligned
 from planner.memory.budget.search import State

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import LOSS_SCALE, Optimizer, make_training_graph
+from planner.frontend.autodiff import LOSS_SCALE, Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.validate import check_graph
 from planner.ir.graph import Node, Tensor

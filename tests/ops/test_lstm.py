@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import gradients
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import gradients
 from planner.graph.interpret import run
 from planner.ops import OpError, TensorType, get_op
 from tests.ops.opcheck import apply_rule, check_gradient, reference, rel_error, torch_gradients

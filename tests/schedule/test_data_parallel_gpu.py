@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan

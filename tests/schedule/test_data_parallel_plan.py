@@ -10,7 +10,7 @@ import pytest
 
 import planner.cli as cli
 from planner.errors import InfeasibleBudget, UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.runtime.distributed import local_rank

@@ -14,7 +14,7 @@ import pytest
 
 from planner import cli
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.report.sharding import sharding_report

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
+from planner.frontend.autodiff import make_training_graph
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.ir.graph import Graph
 from planner.ops.base import OpError
 from planner.step.fold_conv_leaky import fold_conv_leakies

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import make_training_graph
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.optimizer import Optimizer
 from planner.ops import TensorType, get_op

@@ -5,7 +5,7 @@ sharded optimizer state, one ReduceScatter and one ShardedUpdate (`with_sharded_
 collectives run are planning decisions (planner.schedule.parallel).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
@@ -219,7 +219,7 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     (planner.step.collectives.sharded_scaling). UserError where a gradient has a reader besides its
     update or a bucket mixes updates.
 
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),

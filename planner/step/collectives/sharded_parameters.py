@@ -23,7 +23,7 @@ only over parameter-free ops, at the price of one more all-gather. How far ahead
 reader each all-gather is issued is the schedule's decision (planner.schedule.parallel).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.step.collectives.data_parallel import buckets
     >>> from planner.zoo import build

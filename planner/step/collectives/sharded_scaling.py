@@ -4,7 +4,7 @@ planner.step.collectives.sharded_parameters).
 
 Unsharded, one UnscaleGrads reads every averaged gradient and writes the overflow flag
 `grad/found_inf` that the step's SkipOnOverflow nodes and UpdateLossScale read
-(planner.graph.autodiff). After a reduce-scatter a rank holds only its shards of the averaged
+(planner.frontend.autodiff). After a reduce-scatter a rank holds only its shards of the averaged
 gradients, so:
 
     without_loss_scaling   takes UnscaleGrads, the SkipOnOverflow nodes and UpdateLossScale
@@ -26,7 +26,7 @@ So every rank skips the same steps and updates its scale alike, as torch.amp's G
 with FSDP's ShardedGradScaler (whose found_inf is all-reduced across the ranks).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.step.collectives.data_parallel import buckets, with_sharded_updates
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build

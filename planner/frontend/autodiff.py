@@ -307,7 +307,7 @@ def find_loss(graph: Graph) -> str:
         raise AutodiffError(f"graph {graph.name!r} has no loss: none of its outputs "
                             f"{list(graph.outputs)} is the scalar output of a loss op "
                             f"({', '.join(sorted(LOSS_OPS))}); attach one with --loss "
-                            f"cross-entropy[:OUTPUT] or planner.graph.attach_loss")
+                            f"cross-entropy[:OUTPUT] or planner.frontend.loss.attach_loss")
     if len(losses) > 1:
         raise AutodiffError(f"graph {graph.name!r} has several losses {losses}; "
                             f"combine them into one before training")
