@@ -60,7 +60,7 @@ def train(steps: int = 300, batch: int = 32, optimizer: Optimizer | None = None,
     """Train LeNet for `steps` steps on shuffled mini-batches; return losses and test accuracy.
 
     `every` > 0 prints the loss every that many steps; `precision` is the training graph's
-    policy (bf16-mixed: bfloat16 emulated exactly, planner/graph/precision.py).
+    policy (bf16-mixed: bfloat16 emulated exactly, planner/frontend/passes/precision.py).
     """
     optimizer = optimizer or Optimizer(kind="adam", lr=0.01)
     digits = load_digits(seed=seed)

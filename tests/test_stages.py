@@ -125,7 +125,7 @@ def test_data_parallel_options_reach_the_step_graph():
 
 
 def test_autodiff_rewrites_are_a_checked_pass_tuple():
-    from planner.frontend.autodiff import (
+    from planner.frontend.passes import (
         GRADIENT_PASSES,
         TRAINING_PASSES,
         Differentiated,
@@ -135,7 +135,7 @@ def test_autodiff_rewrites_are_a_checked_pass_tuple():
 
     names = [name for name, _ in TRAINING_PASSES]
     assert names[:len(GRADIENT_PASSES)] == [name for name, _ in GRADIENT_PASSES]
-    assert names[-3:] == ["apply_precision", "fold_bias_adds", "fold_conv_biases"]
+    assert names[-3:] == ["precision", "fold_bias", "fold_conv_bias"]
     g = prepare(SPEC, GraphOptions(optimizer=Optimizer(kind="sgd")))
     assert rewritten(g, Differentiated(g, {}), TRAINING_PASSES) == g  # a fixed point
     # A pass that drops the first node leaves its output undefined: caught right after it.

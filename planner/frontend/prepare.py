@@ -7,7 +7,7 @@
                                        # updates, precision casts
                                        # (planner/frontend/autodiff.py's own list of passes)
         graph = kept(graph)            # --keep: tensors kept to the step's end
-        graph = inference(graph)       # an inference graph's rewrites (planner/graph/inference.py)
+        graph = inference(graph)       # an inference graph's rewrites (planner/frontend/passes/)
 
 A training graph's evaluation graph (its forward part in inference mode, which a training plan
 also schedules) is a pass of the same kind, made from this graph by planning:
@@ -36,7 +36,7 @@ from planner.errors import UserError
 from planner.frontend.autodiff import make_training_graph
 from planner.frontend.loss import with_loss as attached
 from planner.frontend.options import GraphOptions
-from planner.graph.inference import inference_rewrites
+from planner.frontend.passes import inference_rewrites
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
 

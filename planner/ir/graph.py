@@ -133,8 +133,8 @@ class Graph(Record):
     in a loss) and `training` for graphs that also hold the backward pass and updates. `math`
     is a math mode of the kernels that no dtype shows: "tf32" lets a GPU's float32
     convolutions and GEMMs round their operands to TF32 on tensor cores (the tf32 precision
-    policy, planner/graph/precision.py); None (absent from the JSON) is plain float32 math.
-    `loss` names the output to train on when no loss op writes it (a loss of several terms,
+    policy, planner/frontend/passes/precision.py); None (absent from the JSON) is plain float32
+    math. `loss` names the output to train on when no loss op writes it (a loss of several terms,
     `mse + beta * kl`, traced with the model); None (absent from the JSON): the output a loss
     op writes (planner.frontend.autodiff.find_loss).
     """

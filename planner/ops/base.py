@@ -164,7 +164,7 @@ class Pointwise:
 
 def low_signatures(*signatures: str) -> tuple[str, ...]:
     """Each float32 signature again in each low float type (the kernels a mixed-precision
-    policy runs between its convolutions; planner.graph.precision.FOLLOW_OPS).
+    policy runs between its convolutions; planner.frontend.passes.precision.FOLLOW_OPS).
 
     Example:
         >>> low_signatures("float32,float32->float32")

@@ -11,9 +11,9 @@ update:
 
 training=False uses the running statistics and has the single output y.
 
-A bfloat16 / float16 x (mixed precision, planner/graph/precision.py) gives y (and BatchNormGrad's
-dx) in x's type while scale, bias and every statistic stay float32 (`stat_dtype`): the
-statistics are computed in float32 from the widened x, as cuDNN, oneDNN and torch.autocast do.
+A bfloat16 / float16 x (mixed precision, planner/frontend/passes/precision.py) gives y (and
+BatchNormGrad's dx) in x's type while scale, bias and every statistic stay float32 (`stat_dtype`):
+the statistics are computed in float32 from the widened x, as cuDNN, oneDNN and torch.autocast do.
 
 BatchNormGrad takes one attr beyond the catalogue, `training` (default True, the catalogue's
 op). Like TensorFlow's FusedBatchNormGrad `is_training`, training=False is the gradient of the

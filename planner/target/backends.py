@@ -85,7 +85,7 @@ def traits(target: Targeted) -> BackendTraits:
 
 
 def channel_block(target) -> int:
-    """Channels per block of the images a step on `target` keeps blocked (planner.graph.
+    """Channels per block of the images a step on `target` keeps blocked (planner.step.
     blocked): its CPU's vector floats on a backend whose kernels choose their layouts, else 0
     (every image plain). `target`: a planner.target.records.Target."""
     return (target.cpu.vector_floats or 0) if traits(target).conv_layouts and target.cpu else 0

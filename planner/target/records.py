@@ -54,7 +54,7 @@ class LogicalCPU(Record):
 # The math types a processor may have a peak of its own for (tensor cores, AMX tiles): the
 # compute type of a convolution or GEMM that reads operands of that dtype, or "tf32" for a
 # float32 one of a graph whose math is tf32 on a GPU that has it
-# (planner.graph.precision.compute_type). float32's peak is `peak_flops` itself.
+# (planner.frontend.passes.precision.compute_type). float32's peak is `peak_flops` itself.
 MathType = Literal["bfloat16", "float16", "tf32"]
 
 

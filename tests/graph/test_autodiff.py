@@ -13,9 +13,9 @@ from planner.frontend.autodiff import (
     gradients,
     make_training_graph,
 )
+from planner.frontend.passes.fold_bias import fold_bias_adds
+from planner.frontend.passes.fold_conv_bias import fold_conv_biases
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.fold_bias import fold_bias_adds
-from planner.graph.fold_conv_bias import fold_conv_biases
 from planner.graph.interpret import init_params, random_feeds, run, train_step
 from planner.graph.optimizer import Optimizer
 from planner.graph.summary import summarize

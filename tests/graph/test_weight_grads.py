@@ -1,6 +1,6 @@
-"""Batched weight gradients (planner/graph/weight_grads.py): the structure of the rewrite, that
-it computes the same sum, that it leaves alone what it must not touch, and that the step's cores
-decide between chunks and one GEMM (a BiLSTM trained so still matches PyTorch)."""
+"""Batched weight gradients (planner/frontend/passes/weight_grads.py): the structure of the rewrite,
+that it computes the same sum, that it leaves alone what it must not touch, and that the step's
+cores decide between chunks and one GEMM (a BiLSTM trained so still matches PyTorch)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from planner.frontend.autodiff import make_training_graph
+from planner.frontend.passes.weight_grads import batch_weight_gradients
 from planner.graph import GraphBuilder, check_graph
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer
-from planner.graph.weight_grads import batch_weight_gradients
 from planner.ir.graph import Graph
 from planner.step.for_cores import for_cores
 from planner.target.presets import load_target

@@ -4,7 +4,7 @@
 // [G, O/G, I/G, kh, kw]. Attrs: strides, pads [top, left, bottom, right], dilations, groups
 // (common/conv.h reads them for both backends).
 //
-// A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) gives the bias to
+// A Conv2D carrying a folded bias and Relu (planner/frontend/passes/fold_conv_bias.py) gives the bias to
 // the primitive as its bias argument (added to each output block as the kernel writes it), and
 // applies the Relu in one pass over y after it, as the Relu kernel does (v < 0 ? 0 : v; not
 // oneDNN's Relu post-op, which turns NaN into 0: fused_relu.h, shared with MatMul); a folded
