@@ -8,11 +8,11 @@ planner/frontend/passes/ that rewrite training graphs (TRAINING_PASSES there):
     differentiate    copy the forward nodes, then walk them backwards calling each op's gradient
                      rule (planner/ops), summing the gradients of a tensor read several times
     emit_updates     one update node per trainable param (SGD, ApplyMomentum, ApplyAdam)
-    TRAINING_PASSES  lstm_grads, slice_grads, weight_grads, softmax_fusion, in_place,
-                     transpose_fold, precision, fold_bias, fold_conv_bias
-                     (planner/frontend/passes/: an RNN's gradient sums, attention's softmax,
-                     the persistent tensors' next values marked in place, transposes into
-                     GEMM strides, the precision policy's casts, bias and Relu folds)
+    rewrites         TRAINING_PASSES = (lstm_grads, slice_grads, weight_grads,
+                     softmax_fusion, in_place, transpose_fold, precision, fold_bias,
+                     fold_conv_bias): an RNN's gradient sums, attention's softmax, the
+                     persistent tensors' next values marked in place, transposes into GEMM
+                     strides, the precision policy's casts, bias and Relu folds
 
 What depends on the CPU cores a step runs on is planning's (planner/step/): a graph
 does not depend on the target.

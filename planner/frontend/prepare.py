@@ -1,13 +1,16 @@
 """The front end as one function: a model and its GraphOptions -> the Graph every command plans.
 
+    PASSES = (with_loss, autodiff, kept, inference)
+
     prepare(model, options):
         graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (load.py)
         graph = with_loss(graph)       # --loss: a loss on an output, with a label input
         graph = autodiff(graph)        # --train: backward, gradient accumulation, optimizer
-                                       # updates, precision casts
-                                       # (planner/frontend/autodiff.py's own list of passes)
+                                       # updates, then the training graph's rewrites
+                                       # (planner.frontend.passes.TRAINING_PASSES)
         graph = kept(graph)            # --keep: tensors kept to the step's end
-        graph = inference(graph)       # an inference graph's rewrites (planner/frontend/passes/)
+        graph = inference(graph)       # an inference graph's rewrites
+                                       # (planner.frontend.passes.INFERENCE_PASSES)
 
 A training graph's evaluation graph (its forward part in inference mode, which a training plan
 also schedules) is a pass of the same kind, made from this graph by planning:
