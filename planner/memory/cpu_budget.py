@@ -58,6 +58,7 @@ from planner.errors import InfeasibleBudget
 from planner.ir.graph import Graph
 from planner.ir.phases import node_phase
 from planner.memory.arena import CPU_FIRST
+from planner.memory.budget.materialize import Material
 from planner.memory.budget.search import Move, State
 from planner.memory.budget.solver import (
     Placed,
@@ -71,7 +72,6 @@ from planner.memory.budget.solver import (
 from planner.memory.decision import MemoryDecision
 from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
-from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions
 from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.scratch import kernel_scratch

@@ -57,14 +57,14 @@ from planner.schedule.reach import transitive_reduction
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 
 # The streams of a GPU plan: graph nodes and recomputes run on `compute`; offloads copy device
-# to host on `d2h`, prefetches host to device on `h2d` (planner.memory.materialize).
+# to host on `d2h`, prefetches host to device on `h2d` (planner.memory.budget.materialize).
 STREAMS = ("compute", "d2h", "h2d")
 # Compute streams of a co-running plan (planner.schedule.gpu_streams): `compute` and these.
 COMPUTE_STREAMS = ("compute", "compute1", "compute2", "compute3")
 # A data-parallel plan's gradient all-reduces run on `comm` (planner.schedule.parallel), NCCL
 # on its own CUDA stream, events where a dependency crosses to or from it.
 COMM_STREAM = "comm"
-# Every stream by its index in a plan's ops (planner.memory.materialize's OpSpec.stream).
+# Every stream by its index in a plan's ops (planner.memory.budget.materialize's OpSpec.stream).
 ALL_STREAMS = STREAMS + COMPUTE_STREAMS[1:] + (COMM_STREAM,)
 
 

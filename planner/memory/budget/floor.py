@@ -51,9 +51,9 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.memory.arena import aligned
+from planner.memory.budget.materialize import Material, OpSpec, node_specs, recompute_specs
 from planner.memory.budget.search import State
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer
-from planner.memory.materialize import Material, OpSpec, node_specs, recompute_specs
 from planner.memory.stash import Stash
 
 
