@@ -23,8 +23,8 @@ folders (a folder's modules are its layer's), and of the few files directly unde
                reports, replay, plots, traces, placement words, a ZeRO-3 plan's gathers) and
                planner/runtime/ (what a generated package and its executor call at run time)
     driver     the pipeline and what runs it: planner/pipeline/ (with limits.py, beside.py,
-               collection.py), fit.py and curve.py (searches over whole plans), and
-               report/explain.py, the one module of report/ that re-plans a plan to say why
+               collection.py; explain.py re-plans a plan to say why), fit.py and curve.py
+               (searches over whole plans)
     codegen    codegen/ (its profiling plans the placements it times through the driver)
     command    planner/cli/ (every command) and planner/torch/ (the trainer: plans, builds and
                loads a module's executor from Python); of these only planner/torch/ and
@@ -59,7 +59,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "plan": ("planner.plan", "planner.evaluation", "planner.verify", "planner.report",
              "planner.runtime"),
     "driver": ("planner.pipeline", "planner.limits", "planner.beside", "planner.collection",
-               "planner.fit", "planner.curve", "planner.report.explain"),
+               "planner.fit", "planner.curve"),
     "codegen": ("codegen",),
     "command": ("planner.cli", "planner.torch"),
 }
@@ -237,5 +237,5 @@ def test_every_module_is_in_a_layer_by_its_folder():
         m == n or m.startswith(n + ".") for names in LAYERS.values() for n in names)] == []
     assert [layer(m) for m in ("planner.ir.graph", "planner.graph.builder", "planner.io.read",
                                "planner.importers.torch.rules", "planner.report.trace",
-                               "planner.report.explain", "planner.torch.training")] == [
+                               "planner.pipeline.explain", "planner.torch.training")] == [
         "ir", "graph", "io", "importers", "plan", "driver", "command"]

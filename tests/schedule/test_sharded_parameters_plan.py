@@ -245,7 +245,7 @@ def test_explain_says_why_an_all_gather_starts_where_it_does(tmp_path, capsys):
     """planner explain re-derives a ZeRO-3 plan and explains each gather: the ops it overlaps
     are its prefetch distance; on a slow link they do not cover it (its reader waits), for a
     reason it names; on a free one its reader does not wait (but for its own time)."""
-    from planner.report.explain import explain, rederive
+    from planner.pipeline.explain import explain, rederive
     from planner.report.explain_gather import explain_gather
 
     for link, waits in ((Interconnect(bandwidth=1e6, latency_seconds=1e-2), True),
