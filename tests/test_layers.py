@@ -30,8 +30,10 @@ folders (a folder's modules are its layer's), and of the few files directly unde
                loads a module's executor from Python); of these only planner/torch/ and
                cli/main.py (wiring codegen's commands and measurers in) may import codegen
 
-No two folders import each other (both ways), whatever their layers. Every import counts, at
-module level or inside a function: an import deferred into a function is still a dependency.
+No two folders import each other (both ways), whatever their layers, and inside every folder,
+at every depth, its modules and subfolders import each other without a cycle, none importing
+back up into a package __init__ that imports it. Every import counts, at module level or inside
+a function: an import deferred into a function is still a dependency.
 """
 
 from __future__ import annotations
@@ -110,8 +112,10 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
             if node.level:
                 up = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([node.module] if node.module else []))
-            named.add(base)
-            named.update(f"{base}.{a.name}" for a in node.names)
+            names = {f"{base}.{a.name}" for a in node.names}
+            named.update(names)
+            if not names <= known.keys():  # `from package import module` reads no __init__
+                named.add(base)
     out = set()
     for name in named:
         while name and name not in known:
@@ -218,6 +222,50 @@ def test_no_two_folders_import_each_other():
                                  ("planner.graph.builder", "planner.ops.base"),
                                  ("planner.importers.torch.rules", "planner.importers.kit")])) == [
         "planner.graph and planner.ops import each other"]
+
+
+def unit_in(package: str, module: str) -> str | None:
+    """The module or subfolder directly in `package` that is or holds `module` (None: outside
+    it, or the package itself)."""
+    rest = module[len(package) + 1:] if module.startswith(package + ".") else None
+    return f"{package}.{rest.split('.')[0]}" if rest else None
+
+
+def units_in_cycles(g: nx.DiGraph) -> list[str]:
+    """Inside every folder, at every depth (planner/, planner/memory/, planner/step/collectives/,
+    codegen/, ...): its units (each module directly in it, each subfolder taken whole) in an
+    import cycle, and a module importing a folder above it whose __init__ imports the module's
+    own unit back (an import that runs upward into the package that holds it)."""
+    packages = {m for m, p in modules().items() if p.name == "__init__.py"} | {
+        a for a in g if a in ("planner", "codegen")}
+    bad = []
+    for package in sorted(packages):
+        units = nx.DiGraph()
+        for a, b in g.edges:
+            ua, ub = unit_in(package, a), unit_in(package, b)
+            if ua and ub and ua != ub:
+                units.add_edge(ua, ub)
+            elif ua and b == package and any(unit_in(package, c) == ua
+                                             for c in g.successors(package)):
+                bad.append(f"{a} imports {package}, whose __init__ imports {ua}")
+        bad += [f"{package}: {' -> '.join(sorted(c))} import each other in a cycle"
+                for c in sorted(nx.simple_cycles(units), key=sorted)]
+    return bad
+
+
+def test_no_folder_has_an_import_cycle_among_its_modules_and_subfolders():
+    assert units_in_cycles(import_graph()) == []
+    # A subfolder importing back up into a sibling that imports it, and a module importing
+    # the package __init__ that imports it: each fails the check.
+    assert units_in_cycles(nx.DiGraph([
+        ("planner.memory.budget.solver", "planner.memory.floor"),
+        ("planner.memory.floor", "planner.memory.budget.search"),
+        ("planner.step", "planner.step.collectives"),
+        ("planner.step.collectives.data_parallel", "planner.step")])) == [
+        "planner.memory: planner.memory.budget -> planner.memory.floor import each other in a "
+        "cycle",
+        "planner.step.collectives.data_parallel imports planner.step, whose __init__ imports "
+        "planner.step.collectives"]
 
 
 def test_no_two_importers_import_each_other():
