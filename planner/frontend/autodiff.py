@@ -368,14 +368,14 @@ def add_dropout_step(graph: Graph) -> Graph:
     the graph is unchanged when there are none. (make_training_graph's first pass; public so
     other runtimes can run the same forward.)"""
     nodes = [n.model_copy(update={"inputs": (*n.inputs, DROPOUT_STEP)})
-             if _draws_without_step(graph, n) else n for n in graph.nodes]
+             if draws_without_step(graph, n) else n for n in graph.nodes]
     if nodes == list(graph.nodes):
         return graph
     counter = Tensor(name=DROPOUT_STEP, shape=(), dtype="int64", role="state", init="zeros")
     return _replace(graph, nodes=tuple(nodes), tensors=(*graph.tensors, counter))
 
 
-def _draws_without_step(graph: Graph, node: Node) -> bool:
+def draws_without_step(graph: Graph, node: Node) -> bool:
     if node.op == "Dropout":
         return len(node.inputs) == 1
     if node.op not in RANDOM_OPS:

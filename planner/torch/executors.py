@@ -79,12 +79,12 @@ _DRAWS = itertools.count()
 def _with_draw_count(graph: Any) -> Any:
     """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
     (as planner.frontend.autodiff.add_dropout_step gives a training graph its rng/step)."""
-    from planner.frontend.autodiff import _draws_without_step
+    from planner.frontend.autodiff import draws_without_step
     from planner.graph.validate import check_graph
     from planner.ir.graph import Graph, Tensor
 
     nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
-             if _draws_without_step(graph, n) else n for n in graph.nodes]
+             if draws_without_step(graph, n) else n for n in graph.nodes]
     if nodes == list(graph.nodes):
         return graph
     count = Tensor(name=RNG_STEP, shape=(), dtype="int64", role="input")

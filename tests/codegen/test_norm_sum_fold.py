@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+import planner.step as step
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph import step
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+import planner.step as step
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph import step
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from tests.codegen.helpers import assert_fold_keeps_bits, start_state, uniform_plan
