@@ -178,17 +178,18 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
 
 
 # What the independent checker may read of planner/graph/: its validity rules (the IR is
-# planner/ir/), not the builders of what it checks (the evaluation graph, autodiff, the
-# data-parallel rewrite).
+# planner/ir/), not the builders of what it checks (the evaluation graph; autodiff and the
+# data-parallel rewrite are the front end's and the step's, VERIFY_CHECKS).
 VERIFY_READS_OF_GRAPH = {"planner.graph.validate"}
 # The stages the checker checks: it imports none of them.
 VERIFY_CHECKS = ("planner.memory", "planner.schedule", "planner.costs", "planner.pipeline",
-                 "planner.frontend")
+                 "planner.frontend", "planner.step")
 
 
 def stage_imports(g: nx.DiGraph) -> list[str]:
     """planner verify importing a stage (memory planning, the scheduler, the cost model, the
-    driver, the front end) or a graph builder, and codegen importing
+    driver, the front end and its passes, the step graph's passes) or a graph builder, and
+    codegen importing
     memory planning: each takes what it needs from the plan (docs/architecture.md)."""
     bad = []
     for a, b in sorted(g.edges):
