@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from planner.frontend.autodiff import add_dropout_step, find_loss  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
-from planner.graph.autodiff import add_dropout_step, find_loss  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds, run, train_step  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.zoo import build  # noqa: E402

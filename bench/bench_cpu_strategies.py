@@ -114,7 +114,7 @@ def profiled_costs(label: str, graph, target, method: str = "in-step") -> CostTa
     if method == "in-step":
         # A table kept from another version of the graph (another rewrite) lacks some of its
         # signatures (the convolutions' channels-last ones among them): profiled anew. What
-        # the profile measures is the step's graph (rewritten for the cores: planner.graph.
+        # the profile measures is the step's graph (rewritten for the cores: planner.step.
         # for_cores), the one to check against: the graph itself made the LSTM's profile anew
         # on every run, and its plans moved with each.
         step = step_graph(graph, target)

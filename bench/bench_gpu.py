@@ -4,8 +4,8 @@ and the one-stream plan (strategy uniform) where the planner kept co-running str
 against PyTorch eager, PyTorch with the whole step captured as a CUDA graph, and torch.compile
 (inductor). Float32 everywhere, TF32 off in both, unless --precision says otherwise: in
 bf16-mixed (fp16-mixed) our training graph gets the precision policy's planned casts
-(planner/graph/precision.py; fp16-mixed with its dynamic loss scaling) and PyTorch runs the
-forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16 (float16)), its mixed
+(planner/frontend/passes/precision.py; fp16-mixed with its dynamic loss scaling) and PyTorch runs
+the forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16 (float16)), its mixed
 precision (fp16 without a GradScaler: the timing of the kernels, not the update's skip). In
 tf32 our graph is marked for TF32 math and PyTorch runs with allow_tf32 on (cuBLAS and cuDNN).
 Medians of alternating rounds, with each variant's spread (fastest and slowest step) and, for

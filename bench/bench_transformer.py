@@ -220,7 +220,7 @@ def case(kind: str, target):
         return (prepare(imported.graph, GraphOptions(optimizer=sgd)), imported.params(), module,
                 inputs, labels, F.cross_entropy)
     if kind == "bilstm":
-        from planner.graph.loss import attach_loss
+        from planner.frontend.loss import attach_loss
         from planner.importers.onnx import import_onnx
 
         module, inputs, labels = bilstm_module()

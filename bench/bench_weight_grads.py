@@ -1,5 +1,5 @@
-"""Batched weight gradients (planner/graph/weight_grads.py): the LSTM's training graph with one
-weight-gradient GEMM per time step and an n-way AddN (the rewrite switched off) against the
+"""Batched weight gradients (planner/frontend/passes/weight_grads.py): the LSTM's training graph
+with one weight-gradient GEMM per time step and an n-way AddN (the rewrite switched off) against the
 chunked GEMMs the planner makes, measured on the generated executor of this host and planned
 on knl-7250.
 
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_executor  # noqa: E402
 
 from planner.costs import CostModel  # noqa: E402
+from planner.frontend import passes as front_end_passes  # noqa: E402
 from planner.frontend.options import GraphOptions  # noqa: E402
 from planner.frontend.prepare import prepare  # noqa: E402
-from planner.graph import autodiff  # noqa: E402
 from planner.pipeline import plan  # noqa: E402
 from planner.target import preset  # noqa: E402
 from planner.target.detect import detect  # noqa: E402
@@ -38,12 +38,12 @@ MODELS = [("lstm small", dict(batch=20, seq=35, hidden=200, layers=2, vocab=2000
 
 def per_step_graph(forward):
     """The training graph as autodiff made it before the rewrite: one GEMM per step."""
-    rewrite = autodiff.batch_weight_gradients
-    autodiff.batch_weight_gradients = lambda g: g
+    rewrite = front_end_passes.batch_weight_gradients
+    front_end_passes.batch_weight_gradients = lambda g: g
     try:
         return prepare(forward, GraphOptions(optimizer=bench_executor.SGD))
     finally:
-        autodiff.batch_weight_gradients = rewrite
+        front_end_passes.batch_weight_gradients = rewrite
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Where a model's oneDNN time goes, primitive by primitive: its main schedule run under
 `ONEDNN_VERBOSE=profile_exec` and oneDNN's own per-call times summed by primitive kind and, for
 reorders, by source -> destination layout (issue 60: the layout reorders around each
-convolution that planner/graph/blocked.py keeps images blocked to avoid).
+convolution that planner/step/blocked.py keeps images blocked to avoid).
 
     PYTHONPATH=. python bench/onednn_profile.py [--models resnet-50,resnet18] [--steps 5]
 

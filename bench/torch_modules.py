@@ -117,9 +117,9 @@ def onnx_graph(name: str, folder: Path):
     """Our training graph of the module: its ONNX export imported, the loss attached to its
     output (cross-entropy with a label input, or mse with a target input), SGD."""
     from planner.frontend.load import load_graph
+    from planner.frontend.loss import with_loss
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
-    from planner.graph.loss import with_loss
     from planner.graph.optimizer import Optimizer
 
     graph = with_loss(load_graph(str(export_onnx(name, folder))), MODULES[name].loss)

@@ -39,7 +39,7 @@ warnings.simplefilter("ignore")
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan

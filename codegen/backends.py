@@ -139,10 +139,10 @@ class Runtime:
         return self.registered - frozenset(TRANSFER_OPS.values())
 
 
-# The ops mixed precision runs in the low types (planner.graph.precision's LOW_PRECISION_OPS and
-# FOLLOW_OPS, and the casts between them): both runtimes have kernels reading and writing them.
-# Transpose too: a CPU plan copies a bfloat16 recurrent weight transposed (planner.graph.
-# for_cores), and both runtimes' Transpose moves elements of any size.
+# The ops mixed precision runs in the low types (planner.frontend.passes.precision's
+# LOW_PRECISION_OPS and FOLLOW_OPS, and the casts between them): both runtimes have kernels reading
+# and writing them. Transpose too: a CPU plan copies a bfloat16 recurrent weight transposed
+# (planner.step.for_cores), and both runtimes' Transpose moves elements of any size.
 MIXED_OPS: frozenset[str] = frozenset({
     "Cast", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul", "Relu",
     "ReluGrad", "BiasAdd", "BiasAddGrad", "BatchNorm", "BatchNormGrad", "MaxPool", "MaxPoolGrad",

@@ -40,7 +40,7 @@ from planner.costs.gpu_profile import GpuMeasurement, launch_blocks, signature_b
 from planner.costs.model import MissingCostWarning
 from planner.costs.records import ConvAlgoSample, LaunchSample
 from planner.costs.signature import OpSignature
-from planner.graph.precision import compute_type
+from planner.frontend.passes.precision import compute_type
 from planner.ops import REGISTRY, get_op
 from planner.plan import Plan, digest
 from planner.target.backends import traits

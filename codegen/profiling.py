@@ -43,12 +43,14 @@ from planner.costs.model import MissingCostWarning
 from planner.costs.profile import ProfileOptions
 from planner.costs.records import CostTable
 from planner.costs.signature import PLAIN, OpSignature, graph_signatures, unique_signatures
+from planner.costs.team_scale import Ran, team_scale
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ir.record import CpuId
 from planner.ops.base import OpError
 from planner.pipeline import planning, run
 from planner.plan import Plan, digest
+from planner.schedule.contention_fit import Placed, fit_corun_figures
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 from planner.target.backends import channel_block, traits
 from planner.target.records import AFFINITIES, Target, affinity_cpus
@@ -102,7 +104,7 @@ CAST_IN_GRAPH = frozenset({"bfloat16"})
 WRITTEN = "float32"
 
 # An operand a step keeps channel-blocked crosses no graph boundary (what is fed and returned
-# is plain: planner.graph.blocked), so where a signature has one blocked, it is written (even
+# is plain: planner.step.blocked), so where a signature has one blocked, it is written (even
 # with written=False) by a depthwise 1x1 convolution from its plain feed, `{prefix}block{i}`,
 # and each copy's blocked output is read by another, `{prefix}unblock{k}_{j}`, into the graph's
 # plain output: convolutions take either layout at their image and output, as the step's
@@ -446,7 +448,8 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
     """This host's co-running figures (records.HOST_FIGURES by name: contention,
     corun_slowdown, handoff_seconds, team_scale) fitted from `graph`'s own step: its uniform
     plan of one one-thread lane against its uniform plan of one-thread lanes on every core
-    (`_fit_contention`) and against its uniform plan of one lane of every core (`team_scale`),
+    (planner.schedule.contention_fit) and against its uniform plan of one lane of every core
+    (planner.costs.team_scale),
     priced by `table`, each run in a process of its own (codegen.isolated: in one process
     their libgomps spoil each other), their `steps` steps taken in turns; None on a target of
     one core. What planner.costs.host_costs keeps beside the signatures'
@@ -471,63 +474,23 @@ def step_contention(graph: Graph, target: Target, table: CostTable,
         runs = steps_in_turns(packages, state, feeds, steps)
         seconds = [_seconds(_over_steps([s for _, s in run])) for run in runs]
         priced = _without_layouts(table)
-        return {**_fit_contention(target, plans[0], plans[1], priced, seconds[:2],
-                                  [statistics.median(t for t, _ in run) for run in runs[:2]],
-                                  handoff_latency(plans[1], [s for _, s in runs[1]])),
-                "team_scale": team_scale(target, plans[0], plans[2], priced, seconds[0],
-                                         seconds[2])}
+        lone, corun, wide = plans
+        placed = [Placed(o.name, tuple(o.cpus), o.start, o.end) for o in corun.ops]
+        return {**fit_corun_figures(target, corun.graph, placed, lone.summary.step_seconds,
+                                    priced, seconds[:2],
+                                    [statistics.median(t for t, _ in run) for run in runs[:2]],
+                                    handoff_latency(corun, [s for _, s in runs[1]])),
+                "team_scale": team_scale(target, priced, ran(lone, seconds[0]),
+                                         ran(wide, seconds[2]))}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def team_scale(target: Target, lone: Plan, wide: Plan, costs: CostTable,
-               alone: Mapping[str, float], across: Mapping[str, float]) -> float:
-    """CostTable.team_scale: how much slower the step ran its ops on all the cores (the plan
-    `wide`, measured `across`) than `costs`' times say, over how much slower it ran them on one
-    thread (the plan `lone`, measured `alone`); each a ratio of sums over the ops `costs`
-    measured (not the analytical model's), at the plan's thread count. Why the ratio and not
-    each: what the store's times miss of every step alike (the step's weights and saved
-    activations cold, the load) moves no choice; what differs by thread count does. On the
-    2-core development VM the store's two-thread times of wide_deep's mid-size GEMMs and
-    weight updates sat 14% under the step's, its one-thread times right (the harness's
-    operands stay in both cores' caches from one repetition to the next): the default plan ran
-    its backward GEMMs on two threads one after the other where the step's own profile runs
-    them side by side, 3-10% slower; LSTM's sat 6.5% the other way. Priced with the scale,
-    the default plans of the strategies table ran 0.96-1.03x the in-step plans', from a kept
-    store or an empty one (wide_deep 1.05 before), mobilenet_v2's 1.004 against 1.110 without
-    it (bench/RESULTS.md).
-
-    >>> from planner.costs.records import CostEntry, CpuSample
-    >>> from planner.target.presets import preset
-    >>> sig = OpSignature(op="Relu", shapes=((1 << 16,),), dtypes=("float32",))
-    >>> graph = copies_graph(sig, 2)
-    >>> target = preset("xeon-8180")
-    >>> costs = CostTable(target=target.name, entries=(CostEntry(signature=sig, cpu=(
-    ...     CpuSample(threads=1, affinity="compact", seconds=4e-6),
-    ...     CpuSample(threads=target.cores, affinity="compact", seconds=1e-6))),))
-    >>> lone = placements_plan(graph, target, [(1, (0,)), (1, (0,))])
-    >>> wide = placements_plan(graph, target, [(target.cores, tuple(range(target.cores)))] * 2)
-    >>> team_scale(target, lone, wide, costs, {"copy0": 5e-6, "copy1": 5e-6},
-    ...            {"copy0": 1.5e-6, "copy1": 1.5e-6})   # 1.25x at one thread, 1.5x on all
-    1.2
-    """
-    from planner.costs import CostModel
-
-    model = CostModel(target, costs.model_copy(update={"team_scale": None}))
-
-    def over(plan: Plan, measured: Mapping[str, float], threads: int) -> float:
-        sigs = graph_signatures(plan.graph)
-        ran = priced = 0.0
-        for o in plan.ops:
-            if o.threads == threads and measured.get(o.name, 0.0) > 0:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", MissingCostWarning)
-                    p = model.time(sigs[o.name], threads, o.affinity)
-                if p.source != "analytical":
-                    ran, priced = ran + measured[o.name], priced + p.seconds
-        return ran / priced if priced > 0 else 1.0
-
-    return round(over(wide, across, target.cores) / over(lone, alone, 1), 6)
+def ran(plan: Plan, seconds: Mapping[str, float]) -> list[Ran]:
+    """`plan`'s ops as its measured step ran them (`seconds` by op; 0: not measured)."""
+    sigs = graph_signatures(plan.graph)
+    return [Ran(sigs[o.name], o.threads, o.affinity, seconds.get(o.name, 0.0))
+            for o in plan.ops]
 
 
 def _uniform_stats(graph: Graph, target: Target, costs: CostTable, lanes: tuple[int, int],
@@ -687,54 +650,6 @@ def handoff_latency(plan: Plan, per_step: Sequence[dict]) -> float:
     """
     waits = [w for stats in per_step for w in waits_between_ops(plan, stats)[1]]
     return round(max(0.0, statistics.median(waits)), 9) if waits else 0.0
-
-
-def _fit_contention(target: Target, lone: Plan, corun: Plan, costs: CostTable,
-                    alone_corun: Sequence[dict[str, float]], steps: Sequence[float],
-                    handoff: float = 0.0) -> dict[str, float]:
-    """The co-running figures from the one-lane plan `lone` and the co-running plan `corun`,
-    both priced by `costs`: their ops' measured seconds `alone_corun`, their measured `steps`
-    and the co-running step's median hand-off `handoff` (`handoff_latency`).
-
-    kappa from the co-running plan's ops (planner.schedule.contention.fit_contention: planned
-    intervals, cores, bandwidth demands and memory-boundness at their times alone, and the
-    times they took co-running). sigma from the step (step_slowdown): the one at which the
-    simulator, its hand-offs priced at `handoff`, prices the co-running plan's step as
-    measured, in the simulator's terms
-    (measured x the one-lane plan's predicted / measured step: what the store's times miss
-    of any step, the load among it, is not charged to co-running). Of the plans' own graph:
-    planning rewrites the graph it is given for the cores (planner.graph.for_cores: an LSTM's
-    weight gradient as one GEMM), and the plan's ops are that graph's nodes."""
-    from planner.costs import CostModel
-    from planner.schedule import ScheduleOptions
-    from planner.schedule.contention import Contention, fit_contention, step_slowdown
-    from planner.schedule.cpu import cpu_schedule
-    from planner.schedule.placement import Placement
-
-    alone, measured = alone_corun
-    graph = corun.graph
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
-    ops = [o for o in corun.ops if alone.get(o.name, 0) > 0 and measured.get(o.name, 0) > 0]
-    shared = Contention.of(graph, target.cpu, kappa=1.0)
-    demand, mu = shared.demands([Placement((index[o.name],), tuple(o.cpus), "compact",
-                                           alone[o.name], o.start) for o in ops])
-    kappa, _ = fit_contention(
-        [alone[o.name] for o in ops], [measured[o.name] for o in ops],
-        [o.start for o in ops], [o.end for o in ops], demand, mu, shared.memory,
-        [len(o.cpus) for o in ops], target.cores)
-    kappa = round(kappa, 6)
-    options = ScheduleOptions(strategy="uniform", intra=1, inter=target.cores)
-
-    def predict(sigma: float) -> float:
-        figures = costs.model_copy(update={"contention": kappa, "corun_slowdown": sigma,
-                                           "handoff_seconds": handoff})
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MissingCostWarning)
-            return cpu_schedule(graph, CostModel(target, figures), options).step_seconds
-
-    goal = steps[1] * lone.summary.step_seconds / steps[0] if steps[0] > 0 else 0.0
-    return {"contention": kappa, "corun_slowdown": step_slowdown(predict, goal),
-            "handoff_seconds": handoff}
 
 
 def waits_between_ops(plan: Plan, stats: dict) -> tuple[list[float], list[float]]:

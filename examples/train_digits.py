@@ -43,10 +43,10 @@ import numpy as np
 from codegen.build import build as build_tree
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.passes.precision import PRECISIONS
 from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
-from planner.graph.precision import PRECISIONS
 from planner.ir.graph import Graph
 from planner.pipeline import plan as make_plan
 from planner.target.detect import detect

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from codegen.build import build as build_tree
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, run, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
@@ -60,7 +60,7 @@ def train(steps: int = 300, batch: int = 32, optimizer: Optimizer | None = None,
     """Train LeNet for `steps` steps on shuffled mini-batches; return losses and test accuracy.
 
     `every` > 0 prints the loss every that many steps; `precision` is the training graph's
-    policy (bf16-mixed: bfloat16 emulated exactly, planner/graph/precision.py).
+    policy (bf16-mixed: bfloat16 emulated exactly, planner/frontend/passes/precision.py).
     """
     optimizer = optimizer or Optimizer(kind="adam", lr=0.01)
     digits = load_digits(seed=seed)

@@ -16,7 +16,7 @@ Everything is a pure function of its inputs: the same graph, target, costs and o
 the same curve, byte for byte (`Curve.to_json`).
 
 Example:
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=16, hidden=[64], in_features=32,

@@ -1,8 +1,8 @@
 """Element types and their sizes, shared by the IR and the op definitions.
 
 bfloat16 and float16 are the low-precision float types of mixed-precision training
-(planner/graph/precision.py). numpy has neither bfloat16 natively nor an exactly rounding one
-for it: importing `ml_dtypes` registers `np.dtype("bfloat16")`, whose conversions round to
+(planner/frontend/passes/precision.py). numpy has neither bfloat16 natively nor an exactly rounding
+one for it: importing `ml_dtypes` registers `np.dtype("bfloat16")`, whose conversions round to
 nearest even as oneDNN, cuDNN and PyTorch do, so the reference interpreter emulates a low-type
 result exactly by computing in float32 and rounding once (`astype`).
 

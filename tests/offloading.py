@@ -8,7 +8,7 @@ import warnings
 from functools import lru_cache
 
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.target import preset

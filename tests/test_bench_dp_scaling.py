@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 

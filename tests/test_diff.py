@@ -8,7 +8,7 @@ import json
 import pytest
 
 import planner.cli as cli
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.pipeline import plan
 from planner.target import preset
 from planner.zoo import from_spec
@@ -171,7 +171,7 @@ def test_changed_launch_configuration(tmp_path, capsys, plans):
 
 
 def test_images_kept_blocked_on_one_host_only(tmp_path, capsys):
-    """Two hosts of one model, one keeping its images channel-blocked (planner.graph.blocked):
+    """Two hosts of one model, one keeping its images channel-blocked (planner.step.blocked):
     the diff names the tensors held in another layout."""
     from planner.target.detect import detect
 

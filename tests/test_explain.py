@@ -9,12 +9,12 @@ import pytest
 
 import planner.cli as cli
 from planner.errors import InfeasibleBudget, UserError
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory.cpu_budget import cpu_budget_solve
 from planner.memory.liveness import live_profile
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
-from planner.report.explain import explain, explain_op, explain_tensor, rederive
+from planner.pipeline.explain import explain, explain_op, explain_tensor, rederive
 from planner.target import preset
 from planner.zoo import build
 

@@ -14,6 +14,7 @@ folders (a folder's modules are its layer's), and of the few files directly unde
     importers  planner/importers/ (the importer kit, ONNX, ATen, the .pt2 reader) and
                planner/zoo/ (the built-in models' builders)
     frontend   planner/frontend/ (a GRAPH argument loaded, the passes under GraphOptions)
+    step       planner/step/ (the step graph's passes, under what planning chose for a target)
     costs      planner/costs/
     schedule   planner/schedule/
     memory     planner/memory/
@@ -22,15 +23,17 @@ folders (a folder's modules are its layer's), and of the few files directly unde
                reports, replay, plots, traces, placement words, a ZeRO-3 plan's gathers) and
                planner/runtime/ (what a generated package and its executor call at run time)
     driver     the pipeline and what runs it: planner/pipeline/ (with limits.py, beside.py,
-               collection.py), fit.py and curve.py (searches over whole plans), and
-               report/explain.py, the one module of report/ that re-plans a plan to say why
+               collection.py; explain.py re-plans a plan to say why), fit.py and curve.py
+               (searches over whole plans)
     codegen    codegen/ (its profiling plans the placements it times through the driver)
     command    planner/cli/ (every command) and planner/torch/ (the trainer: plans, builds and
                loads a module's executor from Python); of these only planner/torch/ and
                cli/main.py (wiring codegen's commands and measurers in) may import codegen
 
-No two folders import each other (both ways), whatever their layers. Every import counts, at
-module level or inside a function: an import deferred into a function is still a dependency.
+No two folders import each other (both ways), whatever their layers, and inside every folder,
+at every depth, its modules and subfolders import each other without a cycle, none importing
+back up into a package __init__ that imports it. Every import counts, at module level or inside
+a function: an import deferred into a function is still a dependency.
 """
 
 from __future__ import annotations
@@ -51,13 +54,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "target": ("planner.target",),
     "importers": ("planner.importers", "planner.zoo"),
     "frontend": ("planner.frontend",),
+    "step": ("planner.step",),
     "costs": ("planner.costs",),
     "schedule": ("planner.schedule",),
     "memory": ("planner.memory",),
     "plan": ("planner.plan", "planner.evaluation", "planner.verify", "planner.report",
              "planner.runtime"),
     "driver": ("planner.pipeline", "planner.limits", "planner.beside", "planner.collection",
-               "planner.fit", "planner.curve", "planner.report.explain"),
+               "planner.fit", "planner.curve"),
     "codegen": ("codegen",),
     "command": ("planner.cli", "planner.torch"),
 }
@@ -108,8 +112,10 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
             if node.level:
                 up = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([node.module] if node.module else []))
-            named.add(base)
-            named.update(f"{base}.{a.name}" for a in node.names)
+            names = {f"{base}.{a.name}" for a in node.names}
+            named.update(names)
+            if not names <= known.keys():  # `from package import module` reads no __init__
+                named.add(base)
     out = set()
     for name in named:
         while name and name not in known:
@@ -172,17 +178,18 @@ def test_the_checks_see_function_level_and_upward_imports(tmp_path):
 
 
 # What the independent checker may read of planner/graph/: its validity rules (the IR is
-# planner/ir/), not the builders of what it checks (the evaluation graph, autodiff, the
-# data-parallel rewrite).
+# planner/ir/), not the builders of what it checks (the evaluation graph; autodiff and the
+# data-parallel rewrite are the front end's and the step's, VERIFY_CHECKS).
 VERIFY_READS_OF_GRAPH = {"planner.graph.validate"}
 # The stages the checker checks: it imports none of them.
 VERIFY_CHECKS = ("planner.memory", "planner.schedule", "planner.costs", "planner.pipeline",
-                 "planner.frontend")
+                 "planner.frontend", "planner.step")
 
 
 def stage_imports(g: nx.DiGraph) -> list[str]:
     """planner verify importing a stage (memory planning, the scheduler, the cost model, the
-    driver, the front end) or a graph builder, and codegen importing
+    driver, the front end and its passes, the step graph's passes) or a graph builder, and
+    codegen importing
     memory planning: each takes what it needs from the plan (docs/architecture.md)."""
     bad = []
     for a, b in sorted(g.edges):
@@ -213,9 +220,53 @@ def both_ways(g: nx.DiGraph) -> list[str]:
 def test_no_two_folders_import_each_other():
     assert both_ways(import_graph()) == []
     assert both_ways(nx.DiGraph([("planner.ops.conv", "planner.graph.builder"),
-                                 ("planner.graph.autodiff", "planner.ops.base"),
+                                 ("planner.graph.builder", "planner.ops.base"),
                                  ("planner.importers.torch.rules", "planner.importers.kit")])) == [
         "planner.graph and planner.ops import each other"]
+
+
+def unit_in(package: str, module: str) -> str | None:
+    """The module or subfolder directly in `package` that is or holds `module` (None: outside
+    it, or the package itself)."""
+    rest = module[len(package) + 1:] if module.startswith(package + ".") else None
+    return f"{package}.{rest.split('.')[0]}" if rest else None
+
+
+def units_in_cycles(g: nx.DiGraph) -> list[str]:
+    """Inside every folder, at every depth (planner/, planner/memory/, planner/step/collectives/,
+    codegen/, ...): its units (each module directly in it, each subfolder taken whole) in an
+    import cycle, and a module importing a folder above it whose __init__ imports the module's
+    own unit back (an import that runs upward into the package that holds it)."""
+    packages = {m for m, p in modules().items() if p.name == "__init__.py"} | {
+        a for a in g if a in ("planner", "codegen")}
+    bad = []
+    for package in sorted(packages):
+        units = nx.DiGraph()
+        for a, b in g.edges:
+            ua, ub = unit_in(package, a), unit_in(package, b)
+            if ua and ub and ua != ub:
+                units.add_edge(ua, ub)
+            elif ua and b == package and any(unit_in(package, c) == ua
+                                             for c in g.successors(package)):
+                bad.append(f"{a} imports {package}, whose __init__ imports {ua}")
+        bad += [f"{package}: {' -> '.join(sorted(c))} import each other in a cycle"
+                for c in sorted(nx.simple_cycles(units), key=sorted)]
+    return bad
+
+
+def test_no_folder_has_an_import_cycle_among_its_modules_and_subfolders():
+    assert units_in_cycles(import_graph()) == []
+    # A subfolder importing back up into a sibling that imports it, and a module importing
+    # the package __init__ that imports it: each fails the check.
+    assert units_in_cycles(nx.DiGraph([
+        ("planner.memory.budget.solver", "planner.memory.floor"),
+        ("planner.memory.floor", "planner.memory.budget.search"),
+        ("planner.step", "planner.step.collectives"),
+        ("planner.step.collectives.data_parallel", "planner.step")])) == [
+        "planner.memory: planner.memory.budget -> planner.memory.floor import each other in a "
+        "cycle",
+        "planner.step.collectives.data_parallel imports planner.step, whose __init__ imports "
+        "planner.step.collectives"]
 
 
 def test_no_two_importers_import_each_other():
@@ -235,5 +286,5 @@ def test_every_module_is_in_a_layer_by_its_folder():
         m == n or m.startswith(n + ".") for names in LAYERS.values() for n in names)] == []
     assert [layer(m) for m in ("planner.ir.graph", "planner.graph.builder", "planner.io.read",
                                "planner.importers.torch.rules", "planner.report.trace",
-                               "planner.report.explain", "planner.torch.training")] == [
+                               "planner.pipeline.explain", "planner.torch.training")] == [
         "ir", "graph", "io", "importers", "plan", "driver", "command"]

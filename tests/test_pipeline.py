@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from planner.errors import PlanError, UserError
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.pipeline import PlanOptions, decide, place, plan
 from planner.plan import SCHEMA, Plan, load_plan
 from planner.schedule import ScheduledOp, ScheduleOptions, cpu_schedule, stream_schedule

@@ -1,6 +1,6 @@
 """One front end (planner.frontend.prepare): every command makes its graph with one call and one
 set of flags, the graph does not depend on the target, and what depends on the step's cores
-is planned (planner.graph.for_cores through planner.pipeline.step_graph)."""
+is planned (planner.step.for_cores through planner.pipeline.step_graph)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import planner.cli as cli
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.for_cores import for_cores
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
+from planner.step.for_cores import for_cores
 from planner.target.presets import preset
 from tests.targets import two_cores
 

@@ -1,5 +1,5 @@
 """The back half as named stages (planner.pipeline.STAGES): one record through pure functions,
-the drivers reusing them, and the step graph's passes (planner.graph.step) re-derived by
+the drivers reusing them, and the step graph's passes (planner.step) re-derived by
 `verify --graph` from what a plan records."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import planner.cli as cli
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph.optimizer import Optimizer
-from planner.graph.step import STEP_PASSES, StepChoices, step_graph
 from planner.pipeline import STAGES, PlanOptions, plan, planning, run
 from planner.schedule.parallel import DataParallelOptions
+from planner.step import STEP_PASSES, StepChoices, step_graph
 from planner.target import preset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +52,9 @@ def test_a_stage_runs_on_what_the_earlier_ones_decided():
 
 def test_step_passes_are_checked_after_each_rewrite():
     g = prepare(SPEC)
-    assert [name for name, _ in STEP_PASSES] == ["for cores", "conv layouts",
-                                                "norm activations", "conv activations",
-                                                "sum activations", "norm sums", "collectives",
-                                                "blocked images"]
+    assert [name for name, _ in STEP_PASSES] == ["for_cores", "layouts", "fold_norm_relu",
+                                                "fold_conv_leaky", "fold_sum_relu",
+                                                "fold_norm_sum", "collectives", "blocked"]
     assert step_graph(g, StepChoices()) is g
     conv = next(n.name for n in g.nodes if n.op == "Conv2D")
     with pytest.raises(ValueError, match=conv):
@@ -126,12 +125,17 @@ def test_data_parallel_options_reach_the_step_graph():
 
 
 def test_autodiff_rewrites_are_a_checked_pass_tuple():
-    from planner.graph.autodiff import GRADIENT_PASSES, TRAINING_PASSES, Differentiated, rewritten
+    from planner.frontend.passes import (
+        GRADIENT_PASSES,
+        TRAINING_PASSES,
+        Differentiated,
+        rewritten,
+    )
     from planner.graph.validate import GraphError
 
     names = [name for name, _ in TRAINING_PASSES]
     assert names[:len(GRADIENT_PASSES)] == [name for name, _ in GRADIENT_PASSES]
-    assert names[-3:] == ["apply_precision", "fold_bias_adds", "fold_conv_biases"]
+    assert names[-3:] == ["precision", "fold_bias", "fold_conv_bias"]
     g = prepare(SPEC, GraphOptions(optimizer=Optimizer(kind="sgd")))
     assert rewritten(g, Differentiated(g, {}), TRAINING_PASSES) == g  # a fixed point
     # A pass that drops the first node leaves its output undefined: caught right after it.

@@ -79,7 +79,7 @@ def test_the_fake_tensor_log_is_quiet_before_the_one_line_error(capfd):
 # ---- no measurement lost; a read-only cache reads what it holds -----------------------------
 
 def _graph():
-    from planner.graph.autodiff import make_training_graph
+    from planner.frontend.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
     from planner.zoo import build
 

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from codegen.build import build  # noqa: E402
 from codegen.load import load  # noqa: E402
 from codegen.render import render  # noqa: E402
-from planner.graph.autodiff import make_training_graph  # noqa: E402
+from planner.frontend.autodiff import make_training_graph  # noqa: E402
 from planner.graph.interpret import init_params, random_feeds  # noqa: E402
 from planner.graph.optimizer import Optimizer  # noqa: E402
 from planner.memory import InfeasibleBudget, MemoryOptions  # noqa: E402

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
 from planner.target import preset

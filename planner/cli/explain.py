@@ -1,4 +1,4 @@
-"""`planner explain PLAN [NAME] [--target T] [--costs C] [--json]` (planner.report.explain)."""
+"""`planner explain PLAN [NAME] [--target T] [--costs C] [--json]` (planner.pipeline.explain)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def add_explain_command(sub: Any) -> None:
 
 def run_explain(args: argparse.Namespace) -> int:
     from planner.costs import load_table
+    from planner.pipeline.explain import explain, format_explain, rederive
     from planner.plan import load_plan
-    from planner.report.explain import explain, format_explain, rederive
     from planner.target.presets import PRESETS, load_target
 
     plan = load_plan(args.plan)

@@ -491,9 +491,9 @@ def run_verify(args: argparse.Namespace) -> int:
         names, problems = embedded if embedded else (None, [])
     else:
         from planner.frontend.prepare import prepare
-        from planner.graph.step import step_graph
         from planner.pipeline.choices import recorded_choices
         from planner.plan import digest
+        from planner.step import step_graph
 
         data = json.loads(text) if text.strip().startswith("{") else {}
         graph = prepare(args.graph)

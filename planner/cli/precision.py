@@ -38,10 +38,11 @@ _FIELDS = {"--loss-scale-growth-interval": "growth_interval",
 
 def add_precision_flags(p: argparse.ArgumentParser, loss_scaling: bool = True) -> None:
     """--precision, and with `loss_scaling` the fp16 loss scale's flags."""
-    from planner.graph.precision import PRECISIONS
+    from planner.frontend.passes.precision import PRECISIONS
 
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="precision policy of the training graph (planner/graph/precision.py): "
+                   help="precision policy of the training graph "
+                        "(planner/frontend/passes/precision.py): "
                         "bf16-mixed and fp16-mixed run convolutions and matrix products in the "
                         "low type with float32 master weights; tf32 lets the CUDA executor's "
                         "float32 convolutions and GEMMs use TF32 tensor cores on sm_80+ GPUs "

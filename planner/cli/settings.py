@@ -42,7 +42,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from planner.errors import UserError
 from planner.frontend.options import MAX_ACCUMULATE, GraphOptions
-from planner.graph.precision import Precision
+from planner.frontend.passes.precision import Precision
 from planner.ir.record import Record
 from planner.ops.lr_schedule import LRSchedule
 

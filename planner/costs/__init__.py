@@ -5,6 +5,7 @@ analytical fallback, the hill-climbing profiling driver, and seed 002's publishe
     records.py     CostTable and its samples; merge, save, load
     analytical.py  roofline plus per-op scaling curve, for signatures never measured
     model.py       CostModel.time(signature, threads, affinity) -> Prediction
+    team_scale.py  CostTable.team_scale fitted from a step measured on one thread and on all
     accuracy.py    seed 002 Table V's accuracy and the hold-out experiment
     profile.py     hill climbing against a time_op callable
     host_costs.py  measured costs kept per host, what plans of this machine are priced by

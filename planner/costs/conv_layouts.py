@@ -18,7 +18,7 @@ node the layout its measurements favour, as the `layout` attr (planner/ops/conv.
 CPU kernel reads. The arena's tensors stay NCHW either way: the kernel reorders in and out (or
 copies the columns), so no other op sees the choice, and the numbers are the same
 convolution's (up to summation order). That is a step on a target without a channel block:
-where the step keeps images blocked (planner.graph.blocked) oneDNN's kernel runs without those
+where the step keeps images blocked (planner.step.blocked) oneDNN's kernel runs without those
 reorders, which its measurements hold, and keeps them (`chosen_layouts`), but for one case.
 
 A data gradient or a transposed convolution onto an image of a few channels (a network's first
@@ -63,11 +63,11 @@ from __future__ import annotations
 
 from planner.costs.records import CostTable
 from planner.costs.signature import OpSignature, graph_signatures, unique_signatures
-from planner.graph.step import with_layouts
 from planner.ir.graph import Graph, Node
 from planner.ops import REGISTRY
 from planner.ops.conv import COLUMNS_OPS, IMAGE_COLUMNS_OPS
 from planner.ops.conv_scratch import ROLES
+from planner.step.layouts import with_layouts
 
 # The convolutions (forward, data and filter gradients, transposed): the op table's.
 CONVOLUTIONS = frozenset(name for name, op in REGISTRY.items() if op.convolution)
@@ -146,7 +146,7 @@ def conv_layouts(graph: Graph, table: CostTable | None) -> Graph:
 def chosen_layouts(graph: Graph, table: CostTable | None,
                    blocked: bool = False) -> dict[str, str]:
     """Convolution node name -> its alternative layout where the measured times on it beat its
-    own. In a step that keeps images blocked (`blocked`, planner.graph.blocked), `graph` is the
+    own. In a step that keeps images blocked (`blocked`, planner.step.blocked), `graph` is the
     step's own graph, its tensors' layouts set, and both times must have been measured so (not
     a plain twin's: CostTable.entry): only the image-columns alternative is weighed there (it
     reads and writes the images as they lie); every other convolution keeps oneDNN's blocked

@@ -162,7 +162,7 @@ class CostTable(Record):
     handoff_seconds: float | None = Field(default=None, ge=0, le=SECONDS["le"],
                                           allow_inf_nan=False)
     # How much slower a step runs its ops on a team of all the cores than the entries' times
-    # say, over the same for one thread (codegen.profiling.team_scale): the one-op harness
+    # say, over the same for one thread (planner.costs.team_scale): the one-op harness
     # keeps a mid-size op's operands in the caches of every core it measures on, so its
     # multi-thread times can sit under (or over) a step's by a share its one-thread times do
     # not. A measured time on k threads is priced x (1 + (team_scale - 1)(k - 1) / (cores -

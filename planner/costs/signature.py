@@ -20,7 +20,7 @@ executors do, and gets the float32 signatures:
     >>> s.model_copy(update={"math_mode": "tf32"}).key.endswith("} math=tf32")
     True
 
-A CPU step that keeps images channel-blocked (planner.graph.blocked) runs its convolutions,
+A CPU step that keeps images channel-blocked (planner.step.blocked) runs its convolutions,
 BatchNorms, pools and pointwise ops on blocked operands: no reorders in and out of a
 convolution, other loops than on plain ones. Their signatures carry each operand's layout
 (`layouts`, inputs then outputs, "plain" for a plain one), which ends the key
@@ -115,8 +115,8 @@ class OpSignature(Record):
 
     @property
     def math(self) -> str:
-        """The type its kernel computes in (planner.graph.precision.compute_type)."""
-        from planner.graph.precision import compute_type
+        """The type its kernel computes in (planner.frontend.passes.precision.compute_type)."""
+        from planner.frontend.passes.precision import compute_type
 
         return compute_type(self.op, self.dtypes, self.math_mode)
 
@@ -136,7 +136,7 @@ def signature_of(op: str, input_types: Sequence[TensorType],
     An op the registry does not know (or attrs it rejects) keeps its attrs as given: the
     signature still keys a cost, and the cost model's analytical fallback says what it lacks.
     """
-    from planner.graph.precision import compute_type
+    from planner.frontend.passes.precision import compute_type
 
     full = dict(attrs or {})
     try:

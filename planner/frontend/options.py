@@ -7,9 +7,9 @@ these options only (what depends on the cores is a planning decision, planner.pi
 
     field          flag                  what it decides
     optimizer      --train OPT, --lr     the training graph's update rule (None: inference)
-    precision      --precision P         casts of the training graph (planner/graph/precision.py)
+    precision      --precision P         casts of the training graph (frontend/passes/precision.py)
     loss_scaling   --loss-scale-*        fp16-mixed's dynamic loss scaling (None: defaults)
-    loss           --loss KIND[:OUTPUT]  a loss attached to an output (planner/graph/loss.py)
+    loss           --loss KIND[:OUTPUT]  a loss attached to an output (planner/frontend/loss.py)
     keep           --keep NAMES          tensors kept to the step's end and returned by it
     train_dropout  --train-dropout       an ONNX file's flagless Dropouts train too
     accumulate     --accumulate K        micro-batches per optimizer step (gradient
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from planner.frontend.passes.precision import Precision
 from planner.graph.optimizer import LossScaling, Optimizer
-from planner.graph.precision import Precision
 from planner.ir.record import Record
 
 MAX_ACCUMULATE = 2**31 - 1

@@ -1,13 +1,16 @@
 """The front end as one function: a model and its GraphOptions -> the Graph every command plans.
 
+    PASSES = (with_loss, autodiff, kept, inference)
+
     prepare(model, options):
         graph = imported(model)        # ONNX file, graph JSON, .pt2 or zoo spec (load.py)
         graph = with_loss(graph)       # --loss: a loss on an output, with a label input
         graph = autodiff(graph)        # --train: backward, gradient accumulation, optimizer
-                                       # updates, precision casts
-                                       # (planner/graph/autodiff.py's own list of passes)
+                                       # updates, then the training graph's rewrites
+                                       # (planner.frontend.passes.TRAINING_PASSES)
         graph = kept(graph)            # --keep: tensors kept to the step's end
-        graph = inference(graph)       # an inference graph's rewrites (planner/graph/inference.py)
+        graph = inference(graph)       # an inference graph's rewrites
+                                       # (planner.frontend.passes.INFERENCE_PASSES)
 
 A training graph's evaluation graph (its forward part in inference mode, which a training plan
 also schedules) is a pass of the same kind, made from this graph by planning:
@@ -17,7 +20,7 @@ Each pass is a pure function of the graph and the options, and the graph is chec
 (planner.graph.validate.check_graph) after every one that changed it, so a pass that breaks a
 rule is caught where it does. The target is no input: the same model and options give the
 same graph, which `planner graph -o` writes and `planner plan` of that file plans exactly as
-`planner plan` of the model (what depends on the step's cores is planned: planner.graph.for_cores).
+`planner plan` of the model (what depends on the step's cores is planned: planner.step.for_cores).
 
 Example:
     >>> from planner.graph.optimizer import Optimizer
@@ -33,10 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.errors import UserError
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.loss import with_loss as attached
 from planner.frontend.options import GraphOptions
-from planner.graph.autodiff import make_training_graph
-from planner.graph.inference import inference_rewrites
-from planner.graph.loss import with_loss as attached
+from planner.frontend.passes import inference_rewrites
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
 

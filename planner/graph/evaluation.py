@@ -25,9 +25,9 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.autodiff import node_phase
 from planner.graph.validate import GraphError, check_graph
 from planner.ir.graph import Graph, Node
+from planner.ir.phases import node_phase
 from planner.ops import get_op
 
 
@@ -68,7 +68,7 @@ def evaluation_graph(training: Graph) -> Graph:
     nodes = tuple(reversed(kept))
     used = set(outputs).union(*(set(n.inputs) | set(n.outputs) for n in nodes))
     # Plain images: the blocked ones were kept so between the training step's kernels
-    # (planner.graph.blocked), which inference mode changes (BatchNorm's).
+    # (planner.step.blocked), which inference mode changes (BatchNorm's).
     tensors = tuple(t.model_copy(update={"layout": None}) if t.layout else t
                     for t in training.tensors if t.name in used)
     return check_graph(Graph(name=training.name, kind="inference", tensors=tensors, nodes=nodes,

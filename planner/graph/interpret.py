@@ -93,7 +93,7 @@ def train_step(graph: Graph, feeds: Mapping[str, np.ndarray],
     (as a copy).
 
     Example:
-        >>> from planner.graph.autodiff import make_training_graph
+        >>> from planner.frontend.autodiff import make_training_graph
         >>> from planner.graph.optimizer import Optimizer
         >>> from planner.zoo import build
         >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from planner.graph.autodiff import PHASES, node_phase
 from planner.ir.graph import Graph, Node
+from planner.ir.phases import PHASES, node_phase
 from planner.ops import TensorType, get_op
 
 
@@ -36,7 +36,7 @@ def summarize(graph: Graph) -> dict[str, Any]:
     (elements of role param), param_bytes, state_bytes (state and optimizer-state),
     input_bytes (inputs and labels), activation_bytes, grad_bytes (all tensors of those
     roles, as if none shared memory), flops (whole step). Training graphs add `phases`
-    ({forward|backward|update: {nodes, flops, op_counts}}, see autodiff.node_phase) and
+    ({forward|backward|update: {nodes, flops, op_counts}}, see planner.ir.phases) and
     backward_forward_flop_ratio (backward FLOPs / forward FLOPs; None when forward has none).
     """
     flops = {n.name: node_flops(graph, n) for n in graph.nodes}

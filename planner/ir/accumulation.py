@@ -25,7 +25,7 @@ unless it is the last micro-batch (Schedule::micro_batches, OpSpec::optimizer_st
 the reference interpreter (planner.graph.interpret.train_step) does the same.
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),

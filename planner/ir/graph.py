@@ -74,7 +74,7 @@ class Tensor(Record):
     updates: str | None = None
     # The value of every element of an init "constant" tensor (and only of one).
     value: float | None = None
-    # How a step graph keeps its bytes (planner.graph.blocked): a float32 (N, C, H, W) image
+    # How a step graph keeps its bytes (planner.step.blocked): a float32 (N, C, H, W) image
     # in oneDNN's channel-blocked layout, C / B blocks of B channels (N, C/B, H, W, B),
     # nChw16c or nChw8c. None (absent from the JSON): plain NCHW, every tensor's layout
     # before the field existed.
@@ -133,10 +133,10 @@ class Graph(Record):
     in a loss) and `training` for graphs that also hold the backward pass and updates. `math`
     is a math mode of the kernels that no dtype shows: "tf32" lets a GPU's float32
     convolutions and GEMMs round their operands to TF32 on tensor cores (the tf32 precision
-    policy, planner/graph/precision.py); None (absent from the JSON) is plain float32 math.
-    `loss` names the output to train on when no loss op writes it (a loss of several terms,
+    policy, planner/frontend/passes/precision.py); None (absent from the JSON) is plain float32
+    math. `loss` names the output to train on when no loss op writes it (a loss of several terms,
     `mse + beta * kl`, traced with the model); None (absent from the JSON): the output a loss
-    op writes (planner.graph.autodiff.find_loss).
+    op writes (planner.frontend.autodiff.find_loss).
     """
 
     name: str = "graph"

@@ -29,7 +29,7 @@ MemorySummary.host_bytes); the arena alone is what the budget bounds.
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.memory.cpu_memory import cpu_memory
     >>> from planner.schedule import ScheduleOptions, cpu_schedule
     >>> from planner.target import preset
@@ -55,9 +55,10 @@ from planner.costs import CostModel
 from planner.costs.records import CostTable
 from planner.costs.signature import graph_signatures
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import node_phase
 from planner.ir.graph import Graph
+from planner.ir.phases import node_phase
 from planner.memory.arena import CPU_FIRST
+from planner.memory.budget.materialize import Material
 from planner.memory.budget.search import Move, State
 from planner.memory.budget.solver import (
     Placed,
@@ -71,7 +72,6 @@ from planner.memory.budget.solver import (
 from planner.memory.decision import MemoryDecision
 from planner.memory.layout import place
 from planner.memory.liveness import Buffer, per_op_bound
-from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions
 from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.scratch import kernel_scratch

@@ -31,7 +31,7 @@ included.
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.schedule.streams import stream_schedule
     >>> from planner.target import preset
     >>> from planner.zoo import build
@@ -56,6 +56,7 @@ import numpy as np
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.ir.graph import Graph
+from planner.memory.budget.materialize import Material
 from planner.memory.budget.search import State
 from planner.memory.budget.solver import (
     ExtraBuffers,
@@ -67,7 +68,6 @@ from planner.memory.budget.solver import (
 )
 from planner.memory.decision import MemoryDecision
 from planner.memory.liveness import Buffer
-from planner.memory.materialize import Material
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.pins import apply_pins, meet_regions
 from planner.memory.stash import analyze

@@ -122,7 +122,7 @@ def in_place_aliases(graph: Graph, views: dict[str, str] | None = None) -> dict[
     Else output k gets bytes of its own. planner.verify.memory checks the first two on the
     plan's stated ordering, not trusting this.
 
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),

@@ -38,7 +38,7 @@ Example:
     >>> from planner.costs import CostModel
     >>> from planner.target import preset
     >>> from planner.schedule.streams import compute_steps
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("alexnet", batch=2, image=63, width=0.125, classes=4),
     ...                         Optimizer(kind="sgd"))

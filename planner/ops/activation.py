@@ -109,7 +109,7 @@ def _define(name: str, reference: Reference, flops: int, grad_op: str, second: s
             grad_pointwise=None, low: bool = False, scratch=None,
             by_position: bool = False) -> None:
     """Register a forward activation and its gradient op; `low`: their kernels also run in
-    the low float types (planner.graph.precision.FOLLOW_OPS); `scratch`: both ops' rule
+    the low float types (planner.frontend.passes.precision.FOLLOW_OPS); `scratch`: both ops' rule
     (default: widening_scratch, the CPU runtime's float32 loop on widened copies);
     `by_position`: both kernels visit elements by position (OpDef.channel_blocked)."""
     blocked = BY_POSITION if by_position else None

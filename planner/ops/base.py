@@ -164,7 +164,7 @@ class Pointwise:
 
 def low_signatures(*signatures: str) -> tuple[str, ...]:
     """Each float32 signature again in each low float type (the kernels a mixed-precision
-    policy runs between its convolutions; planner.graph.precision.FOLLOW_OPS).
+    policy runs between its convolutions; planner.frontend.passes.precision.FOLLOW_OPS).
 
     Example:
         >>> low_signatures("float32,float32->float32")
@@ -249,7 +249,7 @@ class OpDef:
     # Its scalar formula, when it is computed element by element (generated GPU kernels).
     pointwise: Pointwise | None = None
     # Which of its float32 image operands its CPU kernel also reads or writes channel-blocked
-    # (Tensor.layout; planner.graph.blocked keeps activations so between such ops): given the
+    # (Tensor.layout; planner.step.blocked keeps activations so between such ops): given the
     # node's attrs, groups of (side, index) operands ("in", 0: input 0), each group blocked or
     # plain as one, independently of the others; BY_POSITION: every operand, all in one layout
     # (a kernel visiting elements by position, for which operands of one shape line up

@@ -1,5 +1,5 @@
 """Cast: a tensor's values in another dtype (float32 <-> bfloat16 / float16, and any other pair
-numpy converts), the op a precision policy inserts (planner/graph/precision.py).
+numpy converts), the op a precision policy inserts (planner/frontend/passes/precision.py).
 
 Rounding is numpy's (ml_dtypes' for bfloat16): round to nearest even, overflow to infinity,
 as oneDNN's reorders, cuDNN and PyTorch round; a float to an integer truncates toward zero (to

@@ -319,7 +319,7 @@ def _infer_sharded(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 def _update_attrs(a: Attrs) -> Attrs:
     # the update's optional attrs (dampening, amsgrad) are absent: a sharded update refuses
-    # them (planner/graph/data_parallel.py)
+    # them (planner/step/collectives/data_parallel.py)
     return {name: a[name] for name in get_op(a["update"]).attrs if name in a}
 
 
@@ -365,8 +365,9 @@ register(OpDef(
            "momentum": Attr("float", 0.9), "nesterov": Attr("bool", False),
            "beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
            "epsilon": Attr("float", 1e-8), "decoupled": Attr("bool", False),
-           # fp16-mixed (planner.graph.sharded_scaling): the last input is the overflow flag
-           # reduced over the ranks; a step it marks leaves parameters and state as they are
+           # fp16-mixed (planner.step.collectives.sharded_scaling): the last input is the
+           # overflow flag reduced over the ranks; a step it marks leaves parameters and state
+           # as they are
            "skip_on_overflow": Attr("bool", optional=True)},
     infer=_infer_sharded,
     flops=_flops_sharded,

@@ -12,11 +12,11 @@ The numpy references go through im2col: a strided view of the padded input with 
 gradient is the transpose: a matrix product, then col2im (one strided add per kernel tap).
 
 A Conv2D may carry a convolution layer's bias and activation, folded in from the BiasAdd (axis 1)
-and Relu that followed it (planner/graph/fold_conv_bias.py): an optional third input, a bias of
-shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
+and Relu that followed it (planner/frontend/passes/fold_conv_bias.py): an optional third input, a
+bias of shape (O,) added to every output channel, and `activation` ("none" or "relu"; absent = none)
 applied after it, y = act(conv(x, w) + bias), float32 only (planner/ops/fused_activation.py,
 shared with MatMul); or "leaky_relu" with its `alpha`, a CPU step's folded LeakyRelu
-(planner/graph/fold_conv_leaky.py: oneDNN's eltwise post-op). The kernels do both in the op
+(planner/step/fold_conv_leaky.py: oneDNN's eltwise post-op). The kernels do both in the op
 (oneDNN's convolution bias and one Relu pass over y; a bias and activation pass after cuDNN's
 convolution), so a layer is one op and one tensor instead of three. Folding happens after
 autodiff: the gradients of the BiasAdd and Relu (a BiasAddGrad of dy, a ReluGrad reading y,

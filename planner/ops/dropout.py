@@ -20,7 +20,7 @@ check. In C:
     y = x * (T)keep / (T)(1.0 - rate);          // T = float for float32 tensors
 
 A fresh mask every training step: the optional second input `step` (an int64 scalar, the
-training graph's `rng/step` counter, planner/graph/autodiff.py) moves the seed to
+training graph's `rng/step` counter, planner/frontend/autodiff.py) moves the seed to
 
     seed_t = seed + step * 2**32 + step_key(step >> 32)   (mod 2**64)
 

@@ -4,7 +4,7 @@ Binary ops broadcast as numpy does (shapes aligned on the right, a dimension of 
 both inputs have the same dtype, which the output keeps. Their gradients flow to each input
 through `sum_to_shape`, which sums away the broadcast axes.
 
-A residual sum's Relu folds into the sum (planner/graph/fold_sum_relu.py, CPU steps): Add with
+A residual sum's Relu folds into the sum (planner/step/fold_sum_relu.py, CPU steps): Add with
 `activation: relu` is relu(a + b) over two float32 inputs of the output's shape; AddN with
 `activation: relu` reads the folded ReluGrad's r as its last input and gives ReluGrad's rule
 over the sum of the others, r > 0 ? x1 + ... + xn : 0.

@@ -2,12 +2,13 @@
 MatMul's `activation` attr, one definition for both.
 
 A convolution or linear layer followed by a Relu is two full passes over the layer's output;
-planner/graph/fold_conv_bias.py and planner/graph/fold_bias.py fold the Relu into the Conv2D or
-MatMul, which then writes y = act(product + bias) under the Relu's output name. `activation` is
-"none" (absent means none) or "relu", float32 only: the folds make float32 ones alone (a low
-type's Relu would act before y's one rounding instead of after it, a different mixed-precision
-step), and the kernels apply it to a float32 y. The Relu is Relu's own rule, NaN kept (the CPU
-kernels' pass `v < 0 ? 0 : v`, not oneDNN's Relu post-op, whose max(v, 0) gives 0 for a NaN).
+planner/frontend/passes/fold_conv_bias.py and planner/frontend/passes/fold_bias.py fold the Relu
+into the Conv2D or MatMul, which then writes y = act(product + bias) under the Relu's output name.
+`activation` is "none" (absent means none) or "relu", float32 only: the folds make float32 ones
+alone (a low type's Relu would act before y's one rounding instead of after it, a different
+mixed-precision step), and the kernels apply it to a float32 y. The Relu is Relu's own rule, NaN
+kept (the CPU kernels' pass `v < 0 ? 0 : v`, not oneDNN's Relu post-op, whose max(v, 0) gives 0 for
+a NaN).
 
 Costs: one comparison per output element, the count of the Relu it replaces. Gradient: the
 Relu's, ReluGrad(dy, y) from the op's own output, before the bias's and the product's; a fold
@@ -29,8 +30,8 @@ from planner.ops.base import Attr, Attrs, GradBuilder, OpError, TensorType, get_
 
 # The `activation` values: applied to the product plus bias as y is written. Most ops take
 # "none" and "relu" (RELU_ONLY); BatchNorm and its gradient, and Conv2D, also "leaky_relu",
-# LeakyRelu's rule with the op's `alpha` attr (SLOPE_ATTR; planner/graph/fold_norm_relu.py,
-# planner/graph/fold_conv_leaky.py).
+# LeakyRelu's rule with the op's `alpha` attr (SLOPE_ATTR; planner/step/fold_norm_relu.py,
+# planner/step/fold_conv_leaky.py).
 ACTIVATIONS = ("none", "relu", "leaky_relu")
 RELU_ONLY = ("none", "relu")
 

@@ -53,6 +53,10 @@ from planner.ops.base import (
 if TYPE_CHECKING:
     from planner.ir.graph import Node
 
+# Ops whose scalar output is a training loss (a mean over the batch): what autodiff finds a
+# graph's loss by and an importer marks a traced loss by.
+LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE", "NLLLoss"})
+
 
 def _check_dloss(op: str, dloss: TensorType, like: TensorType) -> None:
     if dloss.shape != () or dloss.dtype != like.dtype:

@@ -23,7 +23,7 @@ a scheduler's last_epoch after `step()` was called that many times).
 
 computed in double and rounded once, by the same formulas on every backend
 (templates/common/lr_schedule.h). A training graph with a recorded schedule
-(Optimizer.schedule, planner/graph/autodiff.py) feeds each group's update the scheduled rate
+(Optimizer.schedule, planner/frontend/autodiff.py) feeds each group's update the scheduled rate
 and counts its optimizer steps in `optim/schedule_step`.
 
 Example:

@@ -12,8 +12,8 @@ order `order` names them ("ifgo": PyTorch's; "iofg": ONNX's i, o, f, c), and
 acts (N, 4H) keeps i, f, g, o in z's layout: what the backward reads (with c_prev and c).
 
 LSTMCellGrad [dh, dc, acts, c_prev, c, dh2?] attr order -> [dgates (N, 4H), dc_prev (N, H)],
-with dh2 a second part of h's gradient summed into dh (planner/graph/lstm_grads.py folds the
-two-way sum of an unrolled LSTM's h gradient, from the next step and from the output, here):
+with dh2 a second part of h's gradient summed into dh (planner/frontend/passes/lstm_grads.py folds
+the two-way sum of an unrolled LSTM's h gradient, from the next step and from the output, here):
 
     dc' = dc + dh * o * (1 - tanh(c)^2)
     dz_i = dc' * g * i (1 - i);   dz_f = dc' * c_prev * f (1 - f)

@@ -8,7 +8,7 @@ FLOPs: 2 per multiply-accumulate, 2 * batch * M * N * K.
 Permuted views (optional attrs, absent = identity): `perm_a` / `perm_b` read an operand through
 an axis permutation before the transpose flag, `perm_y` writes the product through one, so an
 attention head split (B, S, H, D) -> (B, H, S, D), K^T and the head merge are strides of the
-GEMM instead of Transpose copies (planner/graph/transpose_fold.py puts them there):
+GEMM instead of Transpose copies (planner/frontend/passes/transpose_fold.py puts them there):
 
     A = transpose(a, perm_a), last two axes swapped if transpose_a    (B likewise)
     y = transpose(A @ B, perm_y)
@@ -26,17 +26,17 @@ batched activation gets its gradient from one GEMM over the flattened batch, ins
 batched product and a reduction.
 
 An optional third input `bias` of shape (N,) is added to every row of the product: a BiasAdd
-over the last axis folded into the GEMM that produces its input (planner/graph/fold_bias.py),
-so the kernels add it as they write y instead of in a second pass (perm_y keeps the last axis
-last, so the bias runs along y's last axis too). Its gradient is BiasAddGrad of dy over the
-last axis, as the BiasAdd's was.
+over the last axis folded into the GEMM that produces its input
+(planner/frontend/passes/fold_bias.py), so the kernels add it as they write y instead of in a second
+pass (perm_y keeps the last axis last, so the bias runs along y's last axis too). Its gradient is
+BiasAddGrad of dy over the last axis, as the BiasAdd's was.
 
 An optional `activation` ("none" or "relu"; absent = none) is applied after the bias,
 y = act(op(a) @ op(b) + bias), float32 only: a linear layer's Relu folded in by the same pass
-(planner/graph/fold_bias.py), one definition with Conv2D's (planner/ops/fused_activation.py).
-The kernels apply it as the product is written (one Relu pass over y right after oneDNN's
-matmul, NaN kept; a bias-and-Relu pass after cuBLAS). Its gradient is the Relu's, ReluGrad of
-dy and y, before the product's and the bias's.
+(planner/frontend/passes/fold_bias.py), one definition with Conv2D's
+(planner/ops/fused_activation.py). The kernels apply it as the product is written (one Relu pass
+over y right after oneDNN's matmul, NaN kept; a bias-and-Relu pass after cuBLAS). Its gradient is
+the Relu's, ReluGrad of dy and y, before the product's and the bias's.
 
 Example:
     >>> import numpy as np

@@ -11,9 +11,9 @@ update:
 
 training=False uses the running statistics and has the single output y.
 
-A bfloat16 / float16 x (mixed precision, planner/graph/precision.py) gives y (and BatchNormGrad's
-dx) in x's type while scale, bias and every statistic stay float32 (`stat_dtype`): the
-statistics are computed in float32 from the widened x, as cuDNN, oneDNN and torch.autocast do.
+A bfloat16 / float16 x (mixed precision, planner/frontend/passes/precision.py) gives y (and
+BatchNormGrad's dx) in x's type while scale, bias and every statistic stay float32 (`stat_dtype`):
+the statistics are computed in float32 from the widened x, as cuDNN, oneDNN and torch.autocast do.
 
 BatchNormGrad takes one attr beyond the catalogue, `training` (default True, the catalogue's
 op). Like TensorFlow's FusedBatchNormGrad `is_training`, training=False is the gradient of the
@@ -21,7 +21,7 @@ inference form: its last two inputs are then running_mean and running_var, and `
 the invstd. That is how frozen-statistics BatchNorm gets a gradient without more ops.
 
 Both take the layer's Relu folded in (`activation`: "relu", float32 only; planner/ops/
-fused_activation.py; made by planner/graph/fold_norm_relu.py on CPU steps): BatchNorm writes
+fused_activation.py; made by planner/step/fold_norm_relu.py on CPU steps): BatchNorm writes
 y = relu(normalised x) (NaN kept, Relu's rule), and BatchNormGrad takes a sixth input, the
 BatchNorm's bias, normalises x again as the forward did (saved mean and invstd, scale, bias)
 and reads 0 where that Relu's output is <= 0, dy elsewhere (ReluGrad's rule: a NaN passes dy)
@@ -29,7 +29,7 @@ in place of dy: one image less to read than the Relu's output would be. A LeakyR
 same way (`activation`: "leaky_relu" with its slope `alpha`): LeakyRelu's rule as y is written, and
 LeakyReluGrad's (dy where the normalised x is positive, dy * alpha elsewhere) in the gradient.
 
-BatchNorm also takes a residual block's sum folded in (planner/graph/fold_norm_sum.py, CPU
+BatchNorm also takes a residual block's sum folded in (planner/step/fold_norm_sum.py, CPU
 steps): a sixth input, the shortcut, of x's shape and type, added to the normalised x before the
 activation: y = act(normalised x + residual), the Add's bits (float addition commutes). No
 gradient rule reads it: the fold is made after autodiff (the Add's gradient is the identity to

@@ -26,7 +26,7 @@ but a float32 scalar input just before lr, read each step as lr is (a scheduler'
 cycle_momentum writes it): Adam's bias correction then takes this step's b1 to the power t,
 as torch.optim.Adam's `1 - beta1 ** step` does. `maximize` is no
 attribute: the training graph negates the gradient before the update, as torch.optim does
-first (planner/graph/autodiff.py).
+first (planner/frontend/autodiff.py).
 
 Example:
     >>> import numpy as np

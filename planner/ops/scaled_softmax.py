@@ -7,14 +7,14 @@
 
 The softmax runs along the last axis (attention's keys); `causal` masks, over the last two axes
 (rows i, columns j), every j > i with -inf before the softmax, so y is 0 there and the
-gradient is 0 there. The graph pass planner/graph/softmax_fusion.py writes these ops in place
-of the three-op chains that the zoo's transformers and the torch.export importer emit (and of
+gradient is 0 there. The graph pass planner/frontend/passes/softmax_fusion.py writes these ops in
+place of the three-op chains that the zoo's transformers and the torch.export importer emit (and of
 the chain's gradients), when the intermediates have no other reader; kernels then make one pass
 over the scores instead of three or four.
 
 Why an op of its own rather than attributes of Softmax: graph attrs hold every default, so new
 Softmax attributes would change every existing graph and plan hash; and Softmax's readers
-(planner/graph/loss.py's "a loss on a Softmax takes its input") would have to learn that its
+(planner/frontend/loss.py's "a loss on a Softmax takes its input") would have to learn that its
 input is no longer the logits.
 
 Semantics are exactly the composition's, in x's dtype: the scores are `x * scale` rounded to

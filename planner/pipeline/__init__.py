@@ -9,6 +9,8 @@ one record (planner.pipeline.driver runs the stages, in order).
     placing     memory planning as planning runs it (place, co_running_if_faster)
     assembly    the Plan record of a schedule and its memory decision (assemble)
     options     PlanOptions: every switch of planning
+    explain     `planner explain`: a plan's inputs planned again, to say why it decided what
+                it did (imported by its callers, not here)
 """
 
 from planner.pipeline.assembly import assemble

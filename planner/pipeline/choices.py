@@ -1,6 +1,6 @@
 """The step graph a plan embeds: what planning chooses for the target (its cores, the
 convolution layouts the costs measured faster, the ranks' collectives) and the passes of
-planner.graph.step under those choices.
+planner.step under those choices.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from planner.costs import CostTable
 from planner.costs.conv_layouts import alternatives, chosen_layouts
 from planner.errors import PlanError
 from planner.graph.evaluation import evaluation_graph
-from planner.graph.step import StepChoices
-from planner.graph.step import step_graph as step_passes
 from planner.ir.accumulation import micro_batches
 from planner.ir.graph import Graph
 from planner.pipeline.backends import BACKENDS
 from planner.pipeline.options import PlanOptions
 from planner.schedule.parallel import DataParallelOptions, chosen_collectives
+from planner.step import StepChoices
+from planner.step import step_graph as step_passes
 from planner.target.backends import channel_block, traits
 from planner.target.records import Target
 
@@ -25,7 +25,7 @@ from planner.target.records import Target
 def step_graph(graph: Graph, target: Target,
                data_parallel: DataParallelOptions | None = None,
                costs: CostTable | None = None) -> Graph:
-    """The graph a step on `target` runs: the step graph's passes (planner.graph.step) under
+    """The graph a step on `target` runs: the step graph's passes (planner.step) under
     what planning chooses for the target (`step_choices`). A planning decision, as the target
     is: the plan embeds this graph, and everything that prices or plans a graph for a target
     (plan, fit, profile) runs this stage."""
@@ -34,12 +34,12 @@ def step_graph(graph: Graph, target: Target,
 
 def step_choices(graph: Graph, target: Target, data_parallel: DataParallelOptions | None = None,
                  costs: CostTable | None = None) -> StepChoices:
-    """What the step graph's passes read: the target's CPU cores (planner.graph.for_cores), on
+    """What the step graph's passes read: the target's CPU cores (planner.step.for_cores), on
     a backend whose convolution layouts are chosen the layouts `costs` measured faster
     (planner.costs.conv_layouts; without costs none; where images stay blocked, weighed on
     the step's own graph, and only a few-channel data gradient's), its CPU's
-    channel block (planner.graph.blocked) and its BatchNorm's folded Relu
-    (planner.graph.fold_norm_relu) and sums (fold_sum_relu) and, with ranks,
+    channel block (planner.step.blocked) and its BatchNorm's folded Relu
+    (planner.step.fold_norm_relu) and sums (fold_sum_relu) and, with ranks,
     the gradient buckets' collectives (planner.schedule.parallel). PlanError for gradient
     accumulation on a backend whose executor does not run it."""
     data_parallel = data_parallel or DataParallelOptions()
@@ -75,10 +75,10 @@ def priced_graphs(graph: Graph, target: Target, options: PlanOptions | None = No
 
 
 def recorded_choices(graph: Graph, data: Any) -> StepChoices:
-    """The step graph's choices (planner.graph.step) that the plan `data` records: its CPUs'
+    """The step graph's choices (planner.step) that the plan `data` records: its CPUs'
     cores, the convolution layouts on nodes of the same name (planner.costs.conv_layouts), the
-    channel block of its blocked images (planner.graph.blocked), a CPU plan's BatchNorm Relus
-    (planner.graph.fold_norm_relu) and, for a data-parallel plan, its collectives as planning
+    channel block of its blocked images (planner.step.blocked), a CPU plan's BatchNorm Relus
+    (planner.step.fold_norm_relu) and, for a data-parallel plan, its collectives as planning
     chooses them for its options on its target (a preset: a plan names its target, not its
     whole description). ValueError for
     what cannot be re-derived; data that is no plan gives none (verify_plan_text reports it)."""
@@ -98,7 +98,7 @@ def recorded_choices(graph: Graph, data: Any) -> StepChoices:
                if n.op in CONVOLUTIONS and isinstance(recorded.get(n.name), str)}
     block = recorded_block(data)
     # A CPU plan folds Relus into its BatchNorms and sums, and sums into BatchNorms
-    # (planner.graph.fold_norm_relu, fold_sum_relu, fold_norm_sum), as planning chose.
+    # (planner.step.fold_norm_relu, fold_sum_relu, fold_norm_sum), as planning chose.
     cpu = step_cores(data) is not None
     if parallel.ranks == 1:
         return StepChoices(cores=step_cores(data), layouts=layouts, channel_block=block,
@@ -112,7 +112,7 @@ def recorded_choices(graph: Graph, data: Any) -> StepChoices:
 
 
 def recorded_block(data: Any) -> int:
-    """The channel block of the images a plan's graph keeps blocked (planner.graph.blocked);
+    """The channel block of the images a plan's graph keeps blocked (planner.step.blocked);
     0 where it keeps none, or names a layout that is none."""
     from typing import get_args
 

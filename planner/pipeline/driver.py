@@ -3,9 +3,10 @@
     plan(graph, target, costs, options) = run(planning(graph, target, costs, options)).plan
 
     STAGES, each a pure function Planning -> Planning:
-        step graph    the rewrites that depend on the target (planner.graph.step's passes,
-                      each checked): the step's CPU cores, the convolutions' measured layouts,
-                      the ranks' gradient collectives
+        step graph    the rewrites that depend on the target, each checked:
+                      planner.step.STEP_PASSES = (for_cores, layouts, fold_norm_relu,
+                      fold_conv_leaky, fold_sum_relu, fold_norm_sum, collectives, blocked),
+                      under what planning chose (pipeline.step_choices)
         fits          nothing to plan, or a node far too large: refused before any decision
         price         CostModel(target, costs): every op's time per thread count, per conv
                       algorithm

@@ -25,7 +25,7 @@ Example:
     >>> from planner.frontend.options import GraphOptions
     >>> from planner.frontend.prepare import prepare
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.step import StepChoices
+    >>> from planner.step import StepChoices
     >>> opts = GraphOptions(optimizer=Optimizer(kind="sgd"))
     >>> big = prepare("zoo:mlp?batch=8&hidden=4&in_features=3&classes=2", opts)
     >>> small = prepare("zoo:mlp?batch=5&hidden=4&in_features=3&classes=2", opts)
@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from planner.graph.step import StepChoices, step_graph
 from planner.ir.graph import Graph
+from planner.step import StepChoices, step_graph
 
 PERSISTENT = ("param", "state", "optimizer-state")
 

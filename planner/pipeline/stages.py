@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from planner.costs import CostModel
 from planner.errors import PlanError
-from planner.graph.data_parallel import compute_graph
 from planner.pipeline.assembly import assemble
 from planner.pipeline.backends import BACKENDS, memory_of
 from planner.pipeline.choices import step_graph
 from planner.pipeline.placing import co_running_if_faster, place
 from planner.pipeline.record import Planning
 from planner.schedule.parallel import comm_lane, interconnect
+from planner.step.collectives.data_parallel import compute_graph
 
 
 def step(p: Planning) -> Planning:

@@ -236,7 +236,7 @@ def graph_changes(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """How two embedded graphs differ, as a reviewer reads it: the feeds whose shapes changed
     (two plans of one model for two batch sizes or sequence lengths), how many other tensors
     changed shape with them, the tensors held in another layout (images kept channel-blocked
-    on one host and not on another: planner.graph.blocked), the nodes of one graph only and
+    on one host and not on another: planner.step.blocked), the nodes of one graph only and
     those whose attributes changed (a reshape's target shape, a convolution's kernel layout).
     `model_changed` is False when the graphs differ in tensor layouts only: the same model,
     whose layouts each target chose.

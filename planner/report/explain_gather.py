@@ -9,7 +9,7 @@ busy with the collective before it, or memory planning's reuse of bytes. Times, 
 on co-running CPU lanes the ops ordered before a reader may run beside one another.
 
 Example:
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.pipeline import PlanOptions, plan
     >>> from planner.schedule.parallel import DataParallelOptions
     >>> from planner.target import preset
@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import UserError
-from planner.graph.sharded_parameters import backward_start
 from planner.plan import Plan
+from planner.step.collectives.sharded_parameters import backward_start
 
 
 def explain_gather(plan: Plan, name: str) -> dict[str, Any]:

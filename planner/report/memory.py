@@ -18,7 +18,7 @@ caller passes in (`planner show --memory` does, for a GPU plan of a preset targe
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.memory.gpu import technique_curves
     >>> from planner.pipeline import plan
     >>> from planner.target import preset
@@ -188,7 +188,7 @@ def memory_svg(plan: Plan, replayed: dict[str, np.ndarray] | None = None, width:
     plan's, naive, and `replayed`: see memory_curves)."""
     curves = memory_curves(plan, replayed)
     graph = plan.graph
-    from planner.graph.autodiff import node_phase
+    from planner.ir.phases import node_phase
 
     names = graph_order(plan)
     forward = sum(1 for n in names if node_phase(graph, graph.node_map[n]) == "forward")

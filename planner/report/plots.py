@@ -206,7 +206,7 @@ def memory_plot(plan: Any, curves: dict[str, Any], fmt: str) -> bytes:
     live per op in execution order, a line per curve with its peak in the legend, the ops on
     the axis (a sample of their names), forward apart from backward, the plan's peak named at
     its op, titled for the memory it is: a GPU's device memory or a CPU plan's host arena."""
-    from planner.graph.autodiff import node_phase
+    from planner.ir.phases import node_phase
     from planner.report.memory import COLORS, device_memory, graph_order
 
     names = graph_order(plan)

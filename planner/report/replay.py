@@ -11,7 +11,7 @@ its op runs, and a buffer's bytes are overwritten with noise after its last read
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.graph.interpret import init_params, random_feeds, train_step
     >>> from planner.pipeline import plan
     >>> from planner.target import preset

@@ -12,6 +12,8 @@ Both schedulers return a Schedule record (record.py).
     paper.py       seed 002's Strategies 1-4
     optimized.py   moldable list scheduling, CPA-style (the default)
     simulate.py    discrete-event run with per-thread SMT interference
+    contention.py  co-running ops' shared bandwidth and neighbours; contention_fit.py fits
+                   its figures to a host's measured co-running step
     cpu.py         cpu_schedule: the CPU scheduler, as named steps
     streams.py     stream_schedule: the GPU scheduler (compute-stream order and times)
 """

@@ -4,7 +4,8 @@ Every rank runs the same plan on its shard of the batch; after backward, each bu
 gradients is averaged over the process group by one `AllReduce` op (planner.ops.collective)
 before the optimizer updates read it. The planner decides the buckets and where the
 all-reduces run, as steps of `planner.pipeline.plan` (the graph rewrites are
-planner.graph.data_parallel's; the bucket size, the cost model and the comm lane are here):
+planner.step.collectives.data_parallel's; the bucket size, the cost model and the comm lane are
+here):
 
     graph    = with_all_reduce(graph, buckets(graph, bucket_bytes(...)), ranks)
                  # AllReduce nodes; updates read the averaged gradients
@@ -31,7 +32,7 @@ the latency terms are at most a tenth of the bucket's time, b >= 9 r alpha bandw
 buckets would pay mostly latency, larger ones start their transfer later than needed.
 
 Example:
-    >>> from planner.graph.data_parallel import buckets, with_all_reduce
+    >>> from planner.step.collectives.data_parallel import buckets, with_all_reduce
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.frontend.options import GraphOptions
     >>> from planner.frontend.prepare import prepare
@@ -53,14 +54,14 @@ from typing import Literal, TypeVar
 from pydantic import Field, model_validator
 
 from planner.errors import UserError
-from planner.graph.data_parallel import reduced_gradients
 from planner.graph.deps import predecessors
-from planner.graph.step import Collectives, collectives
 from planner.ir.graph import Graph, Node
 from planner.ir.record import Record
 from planner.ops import get_op
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.schedule.record import Edge, Schedule, ScheduledOp
+from planner.step.collectives import Collectives, collectives
+from planner.step.collectives.data_parallel import reduced_gradients
 from planner.target.backends import traits
 from planner.target.interconnect import Interconnect, interconnect, ring_link
 from planner.target.records import Target
@@ -81,7 +82,7 @@ class DataParallelOptions(Record):
     ranks_per_host: int = Field(default=1, ge=1, le=4096)
     link: Interconnect | None = None
     shard_optimizer: bool = False
-    # ZeRO-3: the parameters sharded too (planner.graph.sharded_parameters); implies
+    # ZeRO-3: the parameters sharded too (planner.step.collectives.sharded_parameters); implies
     # shard_optimizer's sharded optimizer state.
     shard_parameters: bool = False
 
@@ -395,7 +396,7 @@ def data_parallel_graph(graph: Graph, target: Target, options: DataParallelOptio
 
 def chosen_collectives(graph: Graph, target: Target, options: DataParallelOptions,
                        link: Interconnect | None = None) -> Collectives:
-    """The data-parallel rewrite of `graph` (planner.graph.step): its buckets sized by the
+    """The data-parallel rewrite of `graph` (planner.step): its buckets sized by the
     link's model (`link`, else the options', else the target's), unless the options size them.
     UserError for an inference graph, or ZeRO-3 (or a sharded clip) on a backend that does
     not run it."""

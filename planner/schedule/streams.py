@@ -19,7 +19,7 @@ else its measured time alone; else the analytical roofline).
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.target import preset
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),
@@ -41,9 +41,9 @@ from planner.costs import CostModel, MissingCostWarning, graph_signatures
 from planner.costs.analytical import op_work
 from planner.costs.convalgo import ConvAlgo, conv_algorithms, kernel_scratch
 from planner.costs.signature import OpSignature
-from planner.graph.autodiff import node_phase
 from planner.graph.deps import predecessors
 from planner.ir.graph import Graph, Node
+from planner.ir.phases import node_phase
 from planner.ops import get_op
 from planner.schedule.gpu_share import (
     busy_seconds,
@@ -57,14 +57,14 @@ from planner.schedule.reach import transitive_reduction
 from planner.schedule.record import Bound, Edge, Schedule, ScheduledOp
 
 # The streams of a GPU plan: graph nodes and recomputes run on `compute`; offloads copy device
-# to host on `d2h`, prefetches host to device on `h2d` (planner.memory.materialize).
+# to host on `d2h`, prefetches host to device on `h2d` (planner.memory.budget.materialize).
 STREAMS = ("compute", "d2h", "h2d")
 # Compute streams of a co-running plan (planner.schedule.gpu_streams): `compute` and these.
 COMPUTE_STREAMS = ("compute", "compute1", "compute2", "compute3")
 # A data-parallel plan's gradient all-reduces run on `comm` (planner.schedule.parallel), NCCL
 # on its own CUDA stream, events where a dependency crosses to or from it.
 COMM_STREAM = "comm"
-# Every stream by its index in a plan's ops (planner.memory.materialize's OpSpec.stream).
+# Every stream by its index in a plan's ops (planner.memory.budget.materialize's OpSpec.stream).
 ALL_STREAMS = STREAMS + COMPUTE_STREAMS[1:] + (COMM_STREAM,)
 
 

@@ -35,7 +35,7 @@ class BackendTraits:
     # The field of a scheduled op that places it: a CPU op's logical CPUs, a GPU op's stream.
     placed_by: Literal["cpus", "stream"]
     # Whether a step's ops run on the host's cores, each on a number of threads: the graph is
-    # rewritten for the cores (planner.graph.for_cores), an op has a time per thread count,
+    # rewritten for the cores (planner.step.for_cores), an op has a time per thread count,
     # and the step runs in any process of this host (a GPU's needs a GPU this host lists).
     host_cores: bool
     # Whether its kernels are timed by running its executor on this host's CPUs
@@ -49,7 +49,7 @@ class BackendTraits:
     # Whether ranks without a preset's interconnect talk over the GPUs' host links (NCCL),
     # rather than gloo over the host's loopback (planner.target.interconnect).
     gpu_links: bool
-    # Whether its executor runs sharded parameters (ZeRO-3: planner.graph.sharded_parameters).
+    # Whether its executor runs sharded parameters (ZeRO-3: planner.step.collectives).
     shards_parameters: bool
     # Whether its executor clips gradient shards (ShardedClipGradNorm: clip_grad_norm with
     # --shard-optimizer or --shard-parameters).
@@ -85,7 +85,7 @@ def traits(target: Targeted) -> BackendTraits:
 
 
 def channel_block(target) -> int:
-    """Channels per block of the images a step on `target` keeps blocked (planner.graph.
+    """Channels per block of the images a step on `target` keeps blocked (planner.step.
     blocked): its CPU's vector floats on a backend whose kernels choose their layouts, else 0
     (every image plain). `target`: a planner.target.records.Target."""
     return (target.cpu.vector_floats or 0) if traits(target).conv_layouts and target.cpu else 0

@@ -439,7 +439,7 @@ def estimated_peak_flops(cores: int, mhz: float, flags: frozenset[str]) -> float
 def vector_floats(flags: frozenset[str], max_isa: str | None = None) -> int | None:
     """float32 lanes of the widest vectors oneDNN runs on a CPU of `flags`, under its
     ONEDNN_MAX_CPU_ISA cap `max_isa`: 16 with AVX-512, 8 with AVX2, None below (the channel
-    block of its blocked layouts, planner.graph.blocked).
+    block of its blocked layouts, planner.step.blocked).
 
     >>> avx512 = frozenset({"avx2", "fma", "avx512f"})
     >>> vector_floats(avx512), vector_floats(avx512, "AVX2"), vector_floats(frozenset({"sse4_1"}))

@@ -54,7 +54,7 @@ class LogicalCPU(Record):
 # The math types a processor may have a peak of its own for (tensor cores, AMX tiles): the
 # compute type of a convolution or GEMM that reads operands of that dtype, or "tf32" for a
 # float32 one of a graph whose math is tf32 on a GPU that has it
-# (planner.graph.precision.compute_type). float32's peak is `peak_flops` itself.
+# (planner.frontend.passes.precision.compute_type). float32's peak is `peak_flops` itself.
 MathType = Literal["bfloat16", "float16", "tf32"]
 
 
@@ -90,7 +90,7 @@ class CPU(Processor):
     core_bandwidth: bytes/s one core streams alone (bandwidth saturates at about
     memory_bandwidth / core_bandwidth cores). vector_floats: float32 lanes of the widest
     vectors its kernel library runs (16 with AVX-512, 8 with AVX2): the channel block of
-    oneDNN's blocked layouts there (planner.graph.blocked); unset (a preset), no activation is
+    oneDNN's blocked layouts there (planner.step.blocked); unset (a preset), no activation is
     kept blocked.
     """
 
@@ -260,7 +260,7 @@ class Target(Record):
     @property
     def step_cores(self) -> int | None:
         """The physical cores a training step runs on, for the rewrites planning makes for them
-        (planner.graph.for_cores): a CPU target's cores (a host sliced to N CPUs has those),
+        (planner.step.for_cores): a CPU target's cores (a host sliced to N CPUs has those),
         None for a GPU's step."""
         return self.cores if BACKEND_TRAITS[self.backend].host_cores else None
 

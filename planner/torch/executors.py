@@ -78,13 +78,13 @@ _DRAWS = itertools.count()
 
 def _with_draw_count(graph: Any) -> Any:
     """`graph` with RNG_STEP as the step input of every Dropout and random node that has none
-    (as planner.graph.autodiff.add_dropout_step gives a training graph its rng/step)."""
-    from planner.graph.autodiff import _draws_without_step
+    (as planner.frontend.autodiff.add_dropout_step gives a training graph its rng/step)."""
+    from planner.frontend.autodiff import draws_without_step
     from planner.graph.validate import check_graph
     from planner.ir.graph import Graph, Tensor
 
     nodes = [n.model_copy(update={"inputs": (*n.inputs, RNG_STEP)})
-             if _draws_without_step(graph, n) else n for n in graph.nodes]
+             if draws_without_step(graph, n) else n for n in graph.nodes]
     if nodes == list(graph.nodes):
         return graph
     count = Tensor(name=RNG_STEP, shape=(), dtype="int64", role="input")
@@ -244,7 +244,7 @@ class _Range:
     name: str  # its package's
     plan: Any
     package: Any
-    choices: Any  # what its step graph was made with (planner.graph.step.StepChoices)
+    choices: Any  # what its step graph was made with (planner.step.StepChoices)
     # Planned while this host's measurements were taken (codegen/measure_later.py): the jobs
     # it waits on; once they end, the range is planned again by its next call. None: priced
     # by all it asked.

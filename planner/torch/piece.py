@@ -9,7 +9,7 @@ arguments: Dynamo's guards already split most of these, and a call with a new ba
 automatic dynamic shapes is one more) is imported (dynamo_import.py) and planned once:
 
 - without gradients (torch.no_grad, eval loops, frozen models): one inference plan of the graph;
-- with gradients: the graph's vector-Jacobian product cut in two (planner.graph.vjp): the
+- with gradients: the graph's vector-Jacobian product cut in two (planner.frontend.vjp): the
   forward plan returns the outputs and the activations the backward reads, the backward plan
   takes those and the outputs' incoming gradients and returns the gradients of the tensors that
   need one, which autograd then accumulates into `.grad` as for any op (an autograd.Function).
@@ -45,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from planner.graph.vjp import FEEDS
+from planner.frontend.vjp import FEEDS
 from planner.importers.torch.context import TorchImportError
 from planner.runtime import forked
 from planner.torch.backend_options import BackendOptions
@@ -144,7 +144,7 @@ class Piece:
     def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None,
                  imported: Any = None) -> Any:
         from planner.errors import PlanError, UserError
-        from planner.graph.autodiff import AutodiffError
+        from planner.frontend.autodiff import AutodiffError
 
         try:
             if imported is not None:  # planned again: the call's import as it was
@@ -371,7 +371,7 @@ def _planned_calls(piece: Any, args: Sequence[Any], needs: tuple[bool, ...] | No
     if needs is None:
         return _Inference(piece, feeds, _executor(graph, piece.consts, options,
                                                   feeds.examples(args)))
-    from planner.graph.vjp import split_vjp
+    from planner.frontend.vjp import split_vjp
 
     wrt = [piece.inputs[k] for k, need in enumerate(needs) if need and piece.inputs[k]]
     reached = _reached(graph, set(wrt))

@@ -65,7 +65,7 @@ class Built:
     target: Any
     table: Any
     feeds: tuple[Any, ...]
-    # What the plan's step graph was made with (planner.graph.step.StepChoices): a plan with
+    # What the plan's step graph was made with (planner.step.StepChoices): a plan with
     # them is a range plan, whose build runs any smaller shapes of its graph
     # (planner/pipeline/ranges.py); None: its own shapes only (a data-parallel plan's).
     choices: Any = None

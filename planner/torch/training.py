@@ -309,7 +309,7 @@ class Trainer:
         """Why the plan decided what it did (`planner explain`): for op or tensor `name`, or
         every recompute and offload decision; the text (or, `as_dict`, the record). Re-plans
         the first shapes' graph with the target and the cost table the plan was priced with."""
-        from planner.report.explain import explain, format_explain, rederive
+        from planner.pipeline.explain import explain, format_explain, rederive
 
         if self.shapes is None:
             raise ValueError("explain: this Trainer was made around an executor, not by "

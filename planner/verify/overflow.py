@@ -1,6 +1,6 @@
 """fp16-mixed's overflow flag under data parallel, re-derived from the embedded graph (no code
-shared with planner.graph.sharded_scaling): every rank must skip the same steps, so every op
-that reads the flag must read one that every rank holds alike.
+shared with planner.step.collectives.sharded_scaling): every rank must skip the same steps, so
+every op that reads the flag must read one that every rank holds alike.
 
     reduced   where the graph reduces gradients, every flag read (SkipOnOverflow's first
               input, UpdateLossScale's third, the last input of a ShardedUpdate that

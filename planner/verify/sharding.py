@@ -1,5 +1,5 @@
 """ZeRO-3's rules (planner plan --shard-parameters), re-derived from the embedded graph and the
-plan's stated ordering; no code shared with planner.graph.sharded_parameters:
+plan's stated ordering; no code shared with planner.step.collectives.sharded_parameters:
 
     shards     a sharded parameter (a persistent param an AllGather reads) is read by
                all-gathers and by the update writing its next value only: every other reader

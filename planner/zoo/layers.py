@@ -83,7 +83,7 @@ def linear(b: GraphBuilder, x: str, out_features: int, *, name: str = "fc", bias
 def batch_norm(b: GraphBuilder, x: str, *, name: str = "bn", epsilon: float = 1e-5,
                momentum: float = 0.1) -> str:
     """BatchNorm in training mode; returns y. Outputs 1-2 (the new running statistics) stay
-    plain activations here: planner.graph.autodiff marks them as in-place updates of the
+    plain activations here: planner.frontend.autodiff marks them as in-place updates of the
     running_mean / running_var state when it builds the training graph. Outputs 3-4 are the
     saved batch statistics the gradient reads."""
     c = (b.type(x).shape[1],)

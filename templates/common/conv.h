@@ -1,6 +1,6 @@
 // A convolution's attributes as both backends read them (planner/ops/conv.py): strides [h, w],
 // pads [top, left, bottom, right], dilations [h, w] (1 = dense), groups, and a Conv2D's folded
-// activation (planner/graph/fold_conv_bias.py, fused_activation.h). Every convolution op has
+// activation (planner/frontend/passes/fold_conv_bias.py, fused_activation.h). Every convolution op has
 // the geometry; the activation is Conv2D's alone, absent elsewhere and read as none.
 #pragma once
 #include <cstdint>

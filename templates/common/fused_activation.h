@@ -1,7 +1,7 @@
 // A Conv2D's or MatMul's folded activation as both backends read it (the `activation` attr,
 // planner/ops/fused_activation.py: "none", absent read as none, or "relu" after the bias,
 // float32 only, NaN kept as Relu keeps it; "leaky_relu", with attr alpha, a CPU step's fold
-// alone: planner/graph/fold_conv_leaky.py; the CUDA kernels refuse it).
+// alone: planner/step/fold_conv_leaky.py; the CUDA kernels refuse it).
 #pragma once
 #include <stdexcept>
 #include <string>

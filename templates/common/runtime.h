@@ -45,7 +45,7 @@ struct TensorRef {
   Shape shape;
   int dtype;
   // Channels per block of an (N, C, H, W) image the step keeps channel-blocked: (N, C/B, H, W,
-  // B), oneDNN's nChw16c / nChw8c (planner/graph/blocked.py); 0: plain.
+  // B), oneDNN's nChw16c / nChw8c (planner/step/blocked.py); 0: plain.
   int block = 0;
   int64_t size() const { return numel(shape); }
 };

@@ -36,7 +36,7 @@ struct TensorSpec {
   // the graph's are copies memory planning added: a recomputed or prefetched value, or an
   // offloaded one in the host store, with the shape and dtype of the graph tensor it holds.
   int store;
-  // Channels per block of an image kept channel-blocked (planner/graph/blocked.py), 0: plain.
+  // Channels per block of an image kept channel-blocked (planner/step/blocked.py), 0: plain.
   int block;
 };
 

@@ -9,7 +9,7 @@ import functools
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.plan import Plan
 from planner.target.detect import detect

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.codegen.helpers import build_module

@@ -19,7 +19,7 @@ import pytest
 
 from codegen.build import build
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer, parse_hyperparameter_tensor
 from planner.pipeline import PlanOptions, plan

@@ -58,7 +58,7 @@ def forward_tensors(graph: Graph) -> set[str]:
 def parameter_gradients(graph: Graph) -> dict[str, str]:
     """Each trained parameter's gradient tensor: the gradient its optimizer update reads.
 
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),

@@ -74,7 +74,7 @@ def planned_graph(module) -> Graph:
 
 def host_with_block(block: int | None):
     """This host with its CPU's channel block set to `block` (None: no images kept blocked;
-    planner.graph.blocked)."""
+    planner.step.blocked)."""
     host = detect()
     return host.model_copy(update={"cpu": host.cpu.model_copy(update={"vector_floats": block})})
 

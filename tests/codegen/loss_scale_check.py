@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.graph.autodiff import FOUND_INF, LOSS_SCALE
+from planner.frontend.autodiff import FOUND_INF, LOSS_SCALE
 from planner.graph.interpret import INIT_LOSS_SCALE, init_params, run
 from tests.codegen.helpers import build_module
 from tests.graph.loss_scale_cases import (

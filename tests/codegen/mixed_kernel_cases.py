@@ -1,8 +1,9 @@
-"""The kernels mixed precision runs between convolutions (planner.graph.precision.FOLLOW_OPS)
-on low-type tensors, as one graph (graph_and_feeds), against the reference interpreter's
-emulated low type (each op computed in float32 from the exactly widened inputs, every result
-rounded once to its declared type). tests/codegen/test_mixed_kernels.py runs them on the CPU
-executor in bfloat16, tests/cuda/test_cuda_mixed.py on the CUDA one in bfloat16 and float16.
+"""The kernels mixed precision runs between convolutions
+(planner.frontend.passes.precision.FOLLOW_OPS) on low-type tensors, as one graph (graph_and_feeds),
+against the reference interpreter's emulated low type (each op computed in float32 from the exactly
+widened inputs, every result rounded once to its declared type). tests/codegen/test_mixed_kernels.py
+runs them on the CPU executor in bfloat16, tests/cuda/test_cuda_mixed.py on the CUDA one in bfloat16
+and float16.
 
 Tolerance, from bfloat16's 8-bit significand (unit roundoff u = 2^-8): the kernel and the
 reference start from the same bfloat16 inputs and compute in float32, so before the final

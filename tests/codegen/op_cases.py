@@ -93,7 +93,7 @@ CASES: dict[str, list[tuple]] = {
                           ([((3, 8), N), ((3, 8), U)], {"scale": 1.5})],
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {}),
-            # a residual sum's folded Relu (planner/graph/fold_sum_relu.py; CPU only)
+            # a residual sum's folded Relu (planner/step/fold_sum_relu.py; CPU only)
             ([((5, 131), N), ((5, 131), N)], {"activation": "relu"})],
     "Sub": [([((3, 8), N), ((3, 1), N)], {})],
     # (a per-sample factor, constant over each sample's trailing axes: the run loop)
@@ -154,7 +154,8 @@ CASES: dict[str, list[tuple]] = {
                  "perm_b": [0, 2, 1, 3], "perm_y": [2, 0, 1, 3]}),
                ([((3, 1, 2, 4), N), ((5, 3, 4, 6), N)],
                 {"transpose_a": True, "perm_a": [1, 0, 3, 2], "perm_y": [1, 0, 2, 3]}),
-               # a bias folded in (planner/graph/fold_bias.py): plain, and over a batch's rows
+               # a bias folded in (planner/frontend/passes/fold_bias.py): plain, and over a batch's
+               # rows
                ([((3, 4), N), ((4, 5), N), ((5,), N)], {}),
                ([((2, 3, 4), N), ((5, 4), N), ((5,), N)], {"transpose_b": True}),
                ([((2, 3, 5, 5), N), ((2, 5, 3, 4), N), ((4,), N)],
@@ -233,7 +234,8 @@ CASES: dict[str, list[tuple]] = {
                      {"kernel": [3, 3], "pads": [1, 1, 1, 1]})],
     "AvgPool": [([(X4, N)], POOL)],
     "AvgPoolGrad": [([((2, 3, 2, 3), N)], {**POOL, "input_shape": list(X4)})],
-    # with a folded bias and Relu (planner/graph/fold_conv_bias.py): each, both, and grouped
+    # with a folded bias and Relu (planner/frontend/passes/fold_conv_bias.py): each, both, and
+    # grouped
     "Conv2D": [([(X4, N), ((4, 3, 3, 2), N)], CONV),
                ([(X4, N), ((4, 3, 3, 2), N), ((4,), N)], CONV),
                ([(X4, N), ((4, 3, 3, 2), N)], {**CONV, "activation": "relu"}),

@@ -1,5 +1,5 @@
 """Images kept channel-blocked between oneDNN's convolutions, BatchNorm and by-position ops
-(planner/graph/blocked.py): a training step on them gives the reference's values, every
+(planner/step/blocked.py): a training step on them gives the reference's values, every
 blocked tensor read back plain, at either block (16: AVX-512's nChw16c; 8: AVX2's, which
 oneDNN's kernels on an AVX-512 CPU do not take, so the convolutions there reorder it:
 kernels/conv.cpp's fallback) on any x86-64 CPU; BatchNorm's blocked loops and the columns
@@ -18,7 +18,7 @@ import pytest
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.ops.base import BY_POSITION, REGISTRY
@@ -112,7 +112,7 @@ def test_a_step_on_blocked_images_gives_the_plain_steps_bits(width, tmp_path):
     loops: channels-last transposes on 7 columns, rows on 17): a training step of those ops
     alone gives the plain step's bits in every tensor, read back plain."""
     from planner.graph.builder import GraphBuilder
-    from planner.graph.step import with_layouts
+    from planner.step.layouts import with_layouts
     from planner.zoo.layers import batch_norm, conv2d, head, max_pool, relu
 
     b = GraphBuilder("blocked_bits")
@@ -147,8 +147,8 @@ def test_a_step_on_blocked_images_gives_the_plain_steps_bits(width, tmp_path):
 def test_pools_keep_images_blocked_where_their_kernels_read_them_so():
     """The max pool's images and the global pool's input stay blocked; an average pool over
     smaller windows (oneDNN's plain kernel) keeps its image plain, and so its whole group."""
-    from planner.graph.blocked import blocked_tensors
     from planner.graph.builder import GraphBuilder
+    from planner.step.blocked import blocked_tensors
     from planner.zoo.layers import avg_pool, conv2d, head, max_pool
 
     def step(pool):

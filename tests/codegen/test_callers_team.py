@@ -22,7 +22,7 @@ import pytest
 
 from codegen.build import build
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule import ScheduleOptions

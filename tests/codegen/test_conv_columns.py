@@ -41,8 +41,8 @@ def _signature(op, x_shape, w_shape, bias, attrs):
                              conv.normalize_attrs(attrs))[0].shape
     o, c, kh, kw = w_shape
     shapes, attrs, terms = {
-        # With a bias, a folded Relu too (planner/graph/fold_conv_bias.py): the runtime's Relu
-        # pass over y after the kernel (|relu(a) - relu(b)| <= |a - b|: the same bound).
+        # With a bias, a folded Relu too (planner/frontend/passes/fold_conv_bias.py): the runtime's
+        # Relu pass over y after the kernel (|relu(a) - relu(b)| <= |a - b|: the same bound).
         "Conv2D": ((x_shape, w_shape) + (((o,),) if bias else ()),
                    {**attrs, "activation": "relu"} if bias else attrs, c * kh * kw + bias),
         "Conv2DBackpropInput": ((y_shape, w_shape), {**attrs, "input_shape": list(x_shape)},

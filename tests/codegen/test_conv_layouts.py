@@ -26,8 +26,8 @@ from planner.costs.conv_layouts import (
 )
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import graph_signatures
+from planner.frontend.autodiff import make_training_graph
 from planner.graph import Graph
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.graph.validate import GraphError, check_graph

@@ -1,4 +1,4 @@
-"""A convolution's LeakyRelu folded into it (planner/graph/fold_conv_leaky.py): oneDNN's
+"""A convolution's LeakyRelu folded into it (planner/step/fold_conv_leaky.py): oneDNN's
 eltwise post-op on the CPU runtime's Conv2D (kernels/conv.cpp), or one pass after the columns
 kernel. A training step computes the bits of the same step with the ops apart, on plain and
 channel-blocked images, a NaN weight's NaN kept (the post-op's form for a positive slope keeps
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
-from planner.graph.step import with_layouts
+from planner.step.layouts import with_layouts
 from tests.codegen.helpers import (
     assert_evaluate_matches_reference,
     assert_fold_keeps_bits,

@@ -13,7 +13,7 @@ import pytest
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build as zoo

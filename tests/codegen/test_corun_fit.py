@@ -1,6 +1,7 @@
-"""The host's contention figures from a step's co-running lanes (codegen.profiling.
-_fit_contention): on synthetic alone and co-running times made by the simulator with known
-figures, the fit recovers them, whatever share of every step the store's times miss."""
+"""The host's contention figures from a step's co-running lanes
+(planner.schedule.contention_fit, given the plans codegen.profiling makes and runs): on
+synthetic alone and co-running times made by the simulator with known figures, the fit
+recovers them, whatever share of every step the store's times miss."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import warnings
 
 import pytest
 
-from codegen.profiling import _fit_contention, _uniform_plan
+from codegen.profiling import _uniform_plan
 from planner.costs import CostModel, CostTable
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.schedule import ScheduleOptions, cpu_schedule
+from planner.schedule.contention_fit import Placed, fit_corun_figures
 from planner.zoo import build
 from tests.targets import two_cores
 
@@ -26,6 +28,13 @@ def plans():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [_uniform_plan(GRAPH, TARGET, COSTS, lanes, None) for lanes in ((1, 1), (1, 2))]
+
+
+def fit(lone, corun, alone_corun, steps, handoff=0.0):
+    """The figures fitted from the two plans as codegen.profiling.step_contention passes them."""
+    placed = [Placed(o.name, tuple(o.cpus), o.start, o.end) for o in corun.ops]
+    return fit_corun_figures(TARGET, corun.graph, placed, lone.summary.step_seconds, COSTS,
+                             alone_corun, steps, handoff)
 
 
 def simulated_step(graph, sigma: float, handoff: float = 0.0) -> float:
@@ -52,7 +61,7 @@ def test_the_fit_recovers_the_slowdown_that_made_the_co_running_step(sigma, miss
     alone = {o.name: (o.end - o.start) * missed for o in lone.ops}
     steps = (lone.summary.step_seconds * missed,
              simulated_step(corun.graph, sigma, handoff) * missed)
-    got = _fit_contention(TARGET, lone, corun, COSTS, (alone, alone), steps, handoff)
+    got = fit(lone, corun, (alone, alone), steps, handoff)
     assert got["contention"] == 0.0 and got["handoff_seconds"] == handoff
     # The hand-offs are not charged to co-running: sigma is the one that made the step.
     assert got["corun_slowdown"] == pytest.approx(sigma, abs=1e-5)
@@ -66,7 +75,7 @@ def test_co_running_ops_stretched_alike_give_kappa_and_the_step_the_rest():
     alone = {o.name: o.end - o.start for o in lone.ops}
     stretched = {k: 1.2 * v for k, v in alone.items()}
     steps = (lone.summary.step_seconds, simulated_step(corun.graph, 0.3))
-    figures = _fit_contention(TARGET, lone, corun, COSTS, (alone, stretched), steps)
+    figures = fit(lone, corun, (alone, stretched), steps)
     assert figures["contention"] >= 0.0 and figures["corun_slowdown"] >= 0.0
     figures = COSTS.model_copy(update=figures)
     with warnings.catch_warnings():

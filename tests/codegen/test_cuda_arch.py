@@ -15,7 +15,7 @@ from codegen.build import cuda_arch, cuda_toolchain, runtime_key
 from codegen.errors import BuildError
 from codegen.render import render_files
 from planner.cli import main
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
 from planner.target import preset

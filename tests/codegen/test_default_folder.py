@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codegen.render import module_name
 from planner.cli import main
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.plan import Plan
 from planner.zoo import build

@@ -112,7 +112,7 @@ def test_a_plan_without_an_evaluation_refuses_evaluate(mlp_inference_module):
 def test_zoo_models_evaluate_as_the_reference_with_the_planned_arena(model, tmp_path):
     """Convolutions and BatchNorm, attention, an unrolled LSTM, with the memory plan's offsets
     (the training arena shared, the evaluation's own from its arena_offset)."""
-    from planner.graph.autodiff import make_training_graph
+    from planner.frontend.autodiff import make_training_graph
     from planner.zoo import build
     from tests.codegen.helpers import start_state
     from tests.codegen.zoo_cases import MODELS

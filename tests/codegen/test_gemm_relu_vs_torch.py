@@ -1,5 +1,5 @@
-"""A linear layer's Relu folded into its GEMM (planner/graph/fold_bias.py) trains as PyTorch
-does: a Linear+ReLU MLP and an nn.TransformerEncoderLayer (its feed-forward block's default
+"""A linear layer's Relu folded into its GEMM (planner/frontend/passes/fold_bias.py) trains as
+PyTorch does: a Linear+ReLU MLP and an nn.TransformerEncoderLayer (its feed-forward block's default
 activation="relu") stepped through planner.torch.trainer on the generated CPU executor match
 PyTorch's steps within float32 noise (tests/helpers/training_semantics.py's `mismatches`:
 10x PyTorch's own float32 error against float64 plus 16 ulps), and their plans run each

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codegen.render import StringTable, c_string, render_files
+from planner.frontend.autodiff import make_training_graph
 from planner.graph import Graph, GraphError, check_graph
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build

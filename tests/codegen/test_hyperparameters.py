@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer, ParamGroup, hyperparameter_tensor
 from planner.ops.lr_schedule import LRSchedule

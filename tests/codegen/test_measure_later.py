@@ -117,7 +117,7 @@ def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(o
 
 
 def test_what_the_host_kept_prices_now_and_what_it_lacks_is_listed(own_store):
-    from planner.graph.autodiff import make_training_graph
+    from planner.frontend.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
     from planner.zoo import build
 

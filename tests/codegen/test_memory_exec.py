@@ -15,7 +15,7 @@ from codegen.build import build
 from codegen.load import load
 from codegen.render import render
 from planner.errors import InfeasibleBudget, PlanError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.memory.options import MemoryOptions

@@ -1,5 +1,5 @@
 """A BatchNorm's Relu or LeakyRelu and its gradient folded into the CPU runtime's BatchNorm
-loops (planner/graph/fold_norm_relu.py, kernels/batch_norm.cpp): a training step computes the
+loops (planner/step/fold_norm_relu.py, kernels/batch_norm.cpp): a training step computes the
 bits of the same step with the ops apart, on plain and channel-blocked images; evaluate() of a
 folded LeakyRelu build gives the reference's values; the runtime refuses a folded gradient its
 loops do not run."""
@@ -11,7 +11,7 @@ import pytest
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan

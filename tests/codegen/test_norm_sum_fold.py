@@ -1,4 +1,4 @@
-"""A residual block's sum folded into the BatchNorm before it (planner/graph/fold_norm_sum.py,
+"""A residual block's sum folded into the BatchNorm before it (planner/step/fold_norm_sum.py,
 kernels/batch_norm.cpp): a ResNet training step computes the bits of the same step with the ops
 apart, on plain and channel-blocked images; evaluate() of the folded build (the BatchNorm's
 inference form with the sum) gives the reference's values; the runtime refuses a residual its
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+import planner.step as step
 from codegen.build import build
 from codegen.load import load
 from codegen.render import render
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph import step
 from planner.graph.evaluation import evaluation_graph
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer

@@ -39,8 +39,8 @@ def test_executor_step_matches_pytorch(name, tmp_path_factory):
 
 def test_lstm_step_for_one_core_matches_pytorch(tmp_path_factory):
     """The LSTM's training graph for a 1-core step: its weight gradient one GEMM over all
-    steps (planner/graph/weight_grads.py), its recurrent weight read by every step and packed
-    by the runtime once per step (weight_packs.h), stepped by the executor."""
+    steps (planner/frontend/passes/weight_grads.py), its recurrent weight read by every step and
+    packed by the runtime once per step (weight_packs.h), stepped by the executor."""
     model, x, labels = model_case("lstm")
     graph, start = training_graph(export(model, torch.from_numpy(x)), cores=1)
     assert not any(n.name.endswith("/gemm0") for n in graph.nodes)

@@ -16,7 +16,7 @@ from codegen.errors import BuildError
 from codegen.load import load
 from codegen.package import build_package
 from planner.cli import main
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build

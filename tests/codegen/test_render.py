@@ -12,7 +12,7 @@ from codegen.errors import UnsupportedError
 from codegen.layout import arena_layout, own_layout
 from codegen.render import c_string, encode_attrs, module_name, render, render_files
 from planner.errors import PlanError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.ir.graph import Graph, Node, Tensor
 from planner.zoo import build

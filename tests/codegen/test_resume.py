@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds
 from planner.graph.optimizer import Optimizer, ParamGroup
 from planner.runtime.schedules import Schedule

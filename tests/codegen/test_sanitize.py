@@ -18,7 +18,7 @@ import pytest
 
 from codegen.load import load
 from codegen.package import build_package
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.codegen.helpers import host_plan

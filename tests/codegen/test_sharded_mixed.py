@@ -1,7 +1,7 @@
 """Mixed precision under sharding (--shard-optimizer, --shard-parameters) on gloo ranks of this
 machine. fp16-mixed: each rank unscales its shards of the averaged gradients and the ranks sum
-their overflow flags (ShardedUnscaleGrads, planner/graph/sharded_scaling.py), so a step that
-overflows on one rank only is skipped by every rank, which all halve the scale alike, as
+their overflow flags (ShardedUnscaleGrads, planner/step/collectives/sharded_scaling.py), so a
+step that overflows on one rank only is skipped by every rank, which all halve the scale alike, as
 torch.amp's GradScaler with FSDP's ShardedGradScaler; bf16-mixed shards as float32 does. Held
 to PyTorch stepping the global batch in one process (tests/codegen/dp_harness.py)."""
 

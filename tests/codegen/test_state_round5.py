@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import LOSS_SCALE, make_training_graph
 from planner.graph import GraphBuilder, check_graph, run
-from planner.graph.autodiff import LOSS_SCALE, make_training_graph
 from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer
 from planner.ops.random import draws

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import make_training_graph
 from planner.frontend.prepare import with_kept
-from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer

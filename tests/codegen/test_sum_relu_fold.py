@@ -1,14 +1,14 @@
 """A residual sum's Relu and its gradient folded into the CPU runtime's sum loops
-(planner/graph/fold_sum_relu.py, kernels/binary.cpp): a ResNet training step computes the bits
+(planner/step/fold_sum_relu.py, kernels/binary.cpp): a ResNet training step computes the bits
 of the same step with the ops apart, on plain and channel-blocked images."""
 
 from __future__ import annotations
 
 import pytest
 
+import planner.step as step
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph import step
 from planner.graph.interpret import random_feeds
 from planner.graph.optimizer import Optimizer
 from tests.codegen.helpers import assert_fold_keeps_bits, start_state, uniform_plan

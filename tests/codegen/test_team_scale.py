@@ -1,4 +1,5 @@
-"""The step's team scale (codegen.profiling.team_scale): on synthetic one-thread and all-core
+"""The step's team scale (planner.costs.team_scale, from the ops of plans codegen.profiling
+makes and runs): on synthetic one-thread and all-core
 times of a step's ops, the fit recovers how much further from the store's times the all-core
 ones ran than the one-thread ones; priced with it, the all-core plan is predicted as it ran in
 the one-thread plan's terms, and the plan's choices move toward one thread."""
@@ -9,11 +10,12 @@ import warnings
 
 import pytest
 
-from codegen.profiling import _uniform_plan, team_scale
+from codegen.profiling import _uniform_plan, ran
 from planner.costs import CostModel, CostTable
 from planner.costs.records import CostEntry, CpuSample
 from planner.costs.signature import graph_signatures
-from planner.graph.autodiff import make_training_graph
+from planner.costs.team_scale import team_scale
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
 from tests.targets import two_cores
@@ -50,7 +52,7 @@ def test_the_fit_recovers_the_team_scale_whatever_every_step_misses(missed, team
     # The machine: every op `missed` x its time on one thread, `missed` x `team` on both.
     alone = {o.name: (o.end - o.start) * missed for o in lone.ops}
     across = {o.name: (o.end - o.start) * missed * team for o in wide.ops}
-    got = team_scale(TARGET, lone, wide, costs, alone, across)
+    got = team_scale(TARGET, costs, ran(lone, alone), ran(wide, across))
     assert got == pytest.approx(team, rel=1e-5)
     # Priced with it, the wide plan is predicted as it ran over what one thread missed.
     _, rewide = plans(costs.model_copy(update={"team_scale": got}))

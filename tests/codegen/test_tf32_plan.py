@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from codegen.render import render_files
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan as make_plan
 from planner.target import preset

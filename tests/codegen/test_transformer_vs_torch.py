@@ -3,9 +3,9 @@
 PyTorch runs the same step from the same parameters: gpt as a GPT block written in torch
 (below), bert with torch.nn.TransformerEncoderLayer (post-LN, GELU) blocks holding our weights.
 Both run in float64 (the reference) and float32 (to measure float32's own noise). Attention's
-Transposes are folded into its MatMuls' strides (planner/graph/transpose_fold.py). The executor's
-loss must be within 1e-4 of float64 PyTorch's, and its parameter update (p' - p = -lr * grad)
-within 10x the distance of PyTorch's own float32 update from the float64 one (and 1e-5).
+Transposes are folded into its MatMuls' strides (planner/frontend/passes/transpose_fold.py). The
+executor's loss must be within 1e-4 of float64 PyTorch's, and its parameter update (p' - p = -lr *
+grad) within 10x the distance of PyTorch's own float32 update from the float64 one (and 1e-5).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build
@@ -133,7 +133,7 @@ def _torch_step(model, state, feeds, dtype, trainable):
 def test_training_step_matches_torch(model, tmp_path_factory):
     graph = make_training_graph(build(model, **CFG), Optimizer(kind="sgd", lr=LR))
     # attention's head splits and merges, forward and backward, run as strides of the GEMMs
-    # (planner/graph/transpose_fold.py)
+    # (planner/frontend/passes/transpose_fold.py)
     assert not [n.name for n in graph.nodes if n.op == "Transpose"]
     assert sum("perm_y" in n.attrs for n in graph.nodes) == 4 * CFG["layers"]
     state = _start(graph)

@@ -4,7 +4,7 @@ the CUDA, pinned, memory-budget and stream tests repeat on their own executors).
 
 from __future__ import annotations
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step, widened
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import step_graph

@@ -13,7 +13,7 @@ import pytest
 from codegen.render import plan_attrs
 from planner.costs import graph_signatures, load_table
 from planner.costs.gpu_profile import launch_blocks
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory import MemoryOptions
 from planner.ops import get_op
 from planner.pipeline import PlanOptions, plan

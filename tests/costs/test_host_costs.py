@@ -23,7 +23,7 @@ from planner.costs.host_costs import (
 from planner.costs.records import CostEntry, CostTable, CpuSample
 from planner.costs.signature import OpSignature
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.ir.graph import Graph, Node, Tensor
 from planner.pipeline import plan
@@ -377,7 +377,7 @@ def test_a_blocked_signature_is_measured_on_blocked_operands(tmp_path):
     kernel's time under a blocked key). Measured on this host, each comes back under its key."""
     from codegen.profiling import measure_signatures, signatures_graph
     from planner.costs.signature import graph_signatures, unique_signatures
-    from planner.graph.blocked import with_blocked
+    from planner.step.blocked import with_blocked
     from planner.target.backends import channel_block
 
     g = make_training_graph(build("resnet", depth=18, batch=2, image=32, width=0.25,

@@ -172,7 +172,7 @@ def test_detection_reads_the_rates_from_capability_and_isa_flags():
 def test_a_bf16_mixed_resnet_step_is_predicted_shorter_than_fp32_as_measured():
     """ResNet-18 b64 at 224 px on an H200, the model's plans run (bench/device/window_checks.py,
     bench/results/2026-11-27-gpu-h200.md): bf16-mixed 24.3 ms against float32's 33.9, 0.72x."""
-    from planner.graph.autodiff import make_training_graph
+    from planner.frontend.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
     from planner.pipeline import plan
     from planner.zoo import build
@@ -230,7 +230,7 @@ def test_low_type_gradients_never_get_an_atomic_add_algorithm():
     from planner.costs import graph_signatures
     from planner.costs.convalgo import ATOMIC_GRADIENT_FAMILIES, conv_algorithms
     from planner.costs.records import ConvAlgoSample, CostEntry, CostTable
-    from planner.graph.autodiff import make_training_graph
+    from planner.frontend.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
     from planner.pipeline import plan
     from planner.zoo import build

@@ -64,7 +64,7 @@ def test_profile_then_plan_with_the_measured_table_and_resume(tmp_path, capsys):
 
 
 def test_stats_of_a_run_fold_into_the_table():
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.frontend.autodiff import Optimizer, make_training_graph
     from planner.pipeline import plan
     from planner.target import preset
     from planner.zoo import build
@@ -87,7 +87,7 @@ def test_folded_co_running_times_are_times_alone_again():
     # A plan whose simulator charged co-running ops for what they share, measured exactly as
     # predicted: folding its run gives back the table's times alone (charged once when the
     # graph is planned again, not twice).
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.frontend.autodiff import Optimizer, make_training_graph
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target import preset
@@ -122,7 +122,7 @@ def test_a_team_scaled_table_keeps_the_steps_times_as_it_prices_them(scale):
     # One lane of every core, each op measured exactly as planned: folded into a table with a
     # team scale, the entries price each op as it ran, neither scaled twice nor left under.
     from planner.costs import CostModel
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.frontend.autodiff import Optimizer, make_training_graph
     from planner.pipeline import PlanOptions, plan
     from planner.schedule import ScheduleOptions
     from planner.target import preset
@@ -150,8 +150,8 @@ def test_a_team_scaled_table_keeps_the_steps_times_as_it_prices_them(scale):
 
 
 def test_in_step_profile_measures_every_op_at_every_thread_count(tmp_path, capsys):
+    from planner.frontend.autodiff import Optimizer, make_training_graph
     from planner.frontend.load import load_graph
-    from planner.graph.autodiff import Optimizer, make_training_graph
 
     costs = str(tmp_path / "in-step.json")
     assert cli.main(["profile", SPEC, "--train", "sgd", "--target", "host", "-o", costs,
@@ -203,11 +203,11 @@ def test_signatures_are_built_together_and_a_broken_one_fails_alone(tmp_path):
 
 
 def test_in_step_profile_of_a_graph_planning_rewrites_for_the_cores(tmp_path):
-    """Planning adds ops for the cores (planner.graph.for_cores: an LSTM's weights transposed
+    """Planning adds ops for the cores (planner.step.for_cores: an LSTM's weights transposed
     once per step); the co-running fit reads the plan's own graph, where those ops are (it
     once indexed the graph it was given and failed on the first added op)."""
     from codegen.profiling import profile_in_step
-    from planner.graph.autodiff import Optimizer, make_training_graph
+    from planner.frontend.autodiff import Optimizer, make_training_graph
     from planner.target.presets import load_target
     from planner.zoo import build
 

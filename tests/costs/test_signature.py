@@ -49,10 +49,10 @@ def test_graph_signatures_repeat_for_identical_nodes():
 
 
 def test_a_blocked_step_gives_each_node_its_operands_layouts():
-    """A step that keeps images blocked (planner.graph.blocked) runs other kernels: each
+    """A step that keeps images blocked (planner.step.blocked) runs other kernels: each
     node's signature names its operands' layouts, inputs then outputs; the JSON of a plain
     one is as before, and a blocked one's plain twin is the signature of the plain step."""
-    from planner.graph.blocked import with_blocked
+    from planner.step.blocked import with_blocked
 
     b = GraphBuilder("c")
     x = b.input("x", (2, 16, 6, 6))

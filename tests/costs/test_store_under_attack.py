@@ -15,7 +15,7 @@ import pytest
 
 from planner.costs.host_costs import BUSY, HostCosts, host_table, read_store, store_path
 from planner.costs.records import CostEntry, CostTable, CpuSample
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.target.detect import detect
 from planner.zoo import build

@@ -23,7 +23,7 @@ from planner.costs.records import (
     load_table,
     save_table,
 )
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan as make_plan
 from planner.schedule.streams import compute_steps

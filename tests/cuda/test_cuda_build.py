@@ -13,7 +13,7 @@ import pytest
 from codegen.backends import RUNTIMES
 from codegen.build import build, build_runtime
 from codegen.render import render
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build as zoo
 from tests.codegen.helpers import gpu_plan, host_plan

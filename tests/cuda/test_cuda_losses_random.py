@@ -8,7 +8,8 @@ import pytest
 
 from codegen.build import build
 from codegen.render import render
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
+from planner.frontend.autodiff import make_training_graph
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from tests.codegen.helpers import gpu_plan
 
 

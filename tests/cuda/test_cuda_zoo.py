@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.zoo import build

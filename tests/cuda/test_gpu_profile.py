@@ -17,8 +17,8 @@ from codegen.tvm_kernels import BLOCKS
 from planner.costs import graph_signatures, load_table
 from planner.costs.gpu_profile import launch_blocks
 from planner.costs.signature import unique_signatures
+from planner.frontend.autodiff import make_training_graph
 from planner.frontend.load import load_graph
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import random_feeds, train_step
 from planner.graph.optimizer import Optimizer
 from planner.target import preset

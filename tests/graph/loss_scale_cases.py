@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import INIT_LOSS_SCALE, random_feeds
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.zoo import build

@@ -7,20 +7,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import (
+from planner.frontend.autodiff import (
     AutodiffError,
     find_loss,
     gradients,
     make_training_graph,
-    node_phase,
 )
-from planner.graph.fold_bias import fold_bias_adds
-from planner.graph.fold_conv_bias import fold_conv_biases
+from planner.frontend.passes.fold_bias import fold_bias_adds
+from planner.frontend.passes.fold_conv_bias import fold_conv_biases
+from planner.graph import GraphBuilder, check_graph
 from planner.graph.interpret import init_params, random_feeds, run, train_step
 from planner.graph.optimizer import Optimizer
 from planner.graph.summary import summarize
 from planner.ir.graph import Graph, Node, Tensor
+from planner.ir.phases import node_phase
 from planner.ops import REGISTRY, get_op
 from tests.zoo.small_configs import SMALL_TRAINING
 

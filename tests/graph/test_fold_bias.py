@@ -5,10 +5,10 @@ inference and training; NaN where the unfolded graph has one)."""
 import numpy as np
 import pytest
 
-import planner.graph.autodiff as autodiff
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.autodiff import gradients
-from planner.graph.fold_bias import fold_bias_adds
+import planner.frontend.passes as front_end_passes
+from planner.frontend.autodiff import gradients, make_training_graph
+from planner.frontend.passes.fold_bias import fold_bias_adds
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build
 from tests.helpers.folds import assert_folds_into, assert_same_values
@@ -39,7 +39,7 @@ def test_training_graph_folds_after_autodiff(monkeypatch):
     forward = build("gpt", **GPT)
     sgd = Optimizer(kind="sgd", lr=0.1)
     folded = make_training_graph(forward, sgd)
-    monkeypatch.setattr(autodiff, "fold_bias_adds", lambda g: g)
+    monkeypatch.setattr(front_end_passes, "fold_bias_adds", lambda g: g)
     plain = make_training_graph(forward, sgd)
     assert _ops(folded).count(("MatMul", 3)) == 4 and ("BiasAdd", 2) not in _ops(folded)
     assert _ops(folded).count(("BiasAddGrad", 1)) == _ops(plain).count(("BiasAddGrad", 1)) == 4
@@ -182,7 +182,7 @@ def test_mlp_training_graph_folds_each_hidden_relu(monkeypatch):
     forward = build("mlp", **MLP)
     sgd = Optimizer(kind="sgd", lr=0.1)
     folded = make_training_graph(forward, sgd)
-    monkeypatch.setattr(autodiff, "fold_bias_adds", lambda g: g)
+    monkeypatch.setattr(front_end_passes, "fold_bias_adds", lambda g: g)
     plain = make_training_graph(forward, sgd)
     assert _acts(folded).count(("MatMul", 3, "relu")) == 2
     assert _acts(folded).count(("MatMul", 3, None)) == 1

@@ -5,10 +5,10 @@ inference and training)."""
 import numpy as np
 import pytest
 
-import planner.graph.autodiff as autodiff
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.autodiff import gradients
-from planner.graph.fold_conv_bias import fold_conv_biases
+import planner.frontend.passes as front_end_passes
+from planner.frontend.autodiff import gradients, make_training_graph
+from planner.frontend.passes.fold_conv_bias import fold_conv_biases
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.zoo import build
 from tests.helpers.folds import assert_folds_into, assert_same_values
@@ -103,7 +103,7 @@ def test_training_graph_folds_after_autodiff(monkeypatch):
     forward = build("lenet", **LENET)
     sgd = Optimizer(kind="sgd", lr=0.1)
     folded = make_training_graph(forward, sgd)
-    monkeypatch.setattr(autodiff, "fold_conv_biases", lambda g: g)
+    monkeypatch.setattr(front_end_passes, "fold_conv_biases", lambda g: g)
     plain = make_training_graph(forward, sgd)
     assert _ops(folded).count(("Conv2D", 3, "relu")) == 2
     assert len(folded.nodes) == len(plain.nodes) - 4

@@ -64,8 +64,8 @@ def test_valid_graphs_pass_unchanged():
     """The checker returns the very graph it was given, for a forward graph and for a training
     graph (in-place updates, optimizer state, a tensor read by several nodes), and a node
     changed into another valid op still passes: its rules are about validity, not names."""
-    from planner.graph.autodiff import make_training_graph
-    from planner.graph.loss import attach_loss
+    from planner.frontend.autodiff import make_training_graph
+    from planner.frontend.loss import attach_loss
     from planner.graph.optimizer import Optimizer
 
     g = small_graph()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import FOUND_INF, LOSS_SCALE, make_training_graph
+from planner.frontend.autodiff import FOUND_INF, LOSS_SCALE, make_training_graph
 from planner.graph.interpret import INIT_LOSS_SCALE, init_params, random_feeds, run
 from planner.graph.optimizer import LossScaling, Optimizer
 from planner.zoo import build

@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from planner.cli import main  # noqa: E402
-from planner.graph import GraphBuilder, LossError, attach_loss  # noqa: E402
+from planner.frontend.loss import LossError, attach_loss, parse_loss_spec  # noqa: E402
+from planner.graph import GraphBuilder  # noqa: E402
 from planner.graph.interpret import run, train_step  # noqa: E402
-from planner.graph.loss import parse_loss_spec  # noqa: E402
 from planner.ops import OpError, TensorType, get_op  # noqa: E402
 from tests.ops.opcheck import apply_rule, check_gradient, reference, rel_error  # noqa: E402
 

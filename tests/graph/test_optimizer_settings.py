@@ -1,5 +1,5 @@
 """torch.optim's settings in the training graph (planner/graph/optimizer.py,
-planner/graph/autodiff.py): what each adds to the graph, what the record refuses, and where
+planner/frontend/autodiff.py): what each adds to the graph, what the record refuses, and where
 the settings the CPU executor alone runs are refused (the CUDA runtime, ZeRO's sharded
 updates). Their numbers against torch.optim: tests/importers/test_torch_optimizers.py."""
 
@@ -13,7 +13,7 @@ from codegen.backends import RUNTIMES
 from codegen.errors import UnsupportedError
 from codegen.support import check
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.interpret import init_params, train_step
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan

@@ -1,4 +1,4 @@
-"""The precision policies (planner/graph/precision.py) on training graphs, and bf16-mixed
+"""The precision policies (planner/frontend/passes/precision.py) on training graphs, and bf16-mixed
 training in the reference interpreter (bfloat16 emulated exactly with ml_dtypes) against
 float32: the loss curves of 30 SGD steps."""
 
@@ -8,15 +8,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import make_training_graph
-from planner.graph.interpret import init_params, random_feeds, train_step
-from planner.graph.optimizer import Optimizer
-from planner.graph.precision import (
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.passes.precision import (
     FOLLOW_OPS,
     LOW_PARAMS,
     LOW_PRECISION_OPS,
     apply_precision,
 )
+from planner.graph.interpret import init_params, random_feeds, train_step
+from planner.graph.optimizer import Optimizer
 from planner.graph.validate import check_graph
 from planner.zoo import build
 

@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import add_dropout_step, make_training_graph
+from planner.frontend.autodiff import add_dropout_step, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.optimizer import Optimizer
 from planner.ops import get_op
@@ -112,7 +112,7 @@ def test_the_first_update_moves_the_loss_as_autocasts():
     gradients are O(1) off float64's in both: the last stage's BatchNorms normalise over 4
     values per channel). From the third step the two bfloat16 runs drift apart as chaotically
     as either does from float32, so the comparison stops at the second loss."""
-    from planner.graph.autodiff import find_loss
+    from planner.frontend.autodiff import find_loss
     from planner.graph.interpret import train_step
 
     forward = build("resnet", **MODELS["resnet"])

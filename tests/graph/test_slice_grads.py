@@ -1,5 +1,5 @@
-"""Joined slice gradients (planner/graph/slice_grads.py): a sum of SliceGrads that tile one axis
-becomes a Concat with the same value, what does not tile is left alone, and a param read in
+"""Joined slice gradients (planner/frontend/passes/slice_grads.py): a sum of SliceGrads that tile
+one axis becomes a Concat with the same value, what does not tile is left alone, and a param read in
 slices gets the gradient of the same computation written without slices."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import gradients
+from planner.frontend.passes.slice_grads import join_slice_gradients
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import gradients
 from planner.graph.interpret import init_params, random_feeds, run
-from planner.graph.slice_grads import join_slice_gradients
 from planner.ir.graph import Graph
 
 SHAPE = (3, 6, 2)

@@ -1,5 +1,5 @@
-"""The attention softmax fusion (planner/graph/softmax_fusion.py): it fires on the zoo's GPT and
-BERT training and inference graphs and on torch.export's scaled_dot_product_attention, the
+"""The attention softmax fusion (planner/frontend/passes/softmax_fusion.py): it fires on the zoo's
+GPT and BERT training and inference graphs and on torch.export's scaled_dot_product_attention, the
 fused graph computes the same bits in the reference interpreter, and chains it must not fuse
 stay as they are."""
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend import passes as front_end_passes
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.passes.softmax_fusion import fuse_softmax
 from planner.graph import GraphBuilder, check_graph
-from planner.graph import autodiff as autodiff_module
-from planner.graph.autodiff import make_training_graph
 from planner.graph.interpret import init_params, random_feeds, run
 from planner.graph.optimizer import Optimizer
-from planner.graph.softmax_fusion import fuse_softmax
 from planner.zoo import build as zoo
 
 SIZE = dict(batch=2, seq=8, dim=16, heads=2, layers=2, vocab=23)
@@ -22,7 +22,7 @@ CHAIN_OPS = {"Softmax", "SoftmaxGrad", "CausalMask"}
 
 def _unfused_training_graph(graph, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(autodiff_module, "fuse_softmax", lambda g: g)
+        m.setattr(front_end_passes, "fuse_softmax", lambda g: g)
         return make_training_graph(graph, Optimizer(kind="sgd", lr=0.1))
 
 

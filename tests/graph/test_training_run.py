@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import find_loss, make_training_graph
+from planner.frontend.autodiff import find_loss, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.optimizer import Optimizer, ParamGroup, hyperparameter_tensor
 from planner.runtime.schedules import Schedule

@@ -1,5 +1,5 @@
-"""Transposes folded into MatMuls (planner/graph/transpose_fold.py): attention's head splits
-and merges leave the graph, forward and backward, with every value unchanged; Transposes the
+"""Transposes folded into MatMuls (planner/frontend/passes/transpose_fold.py): attention's head
+splits and merges leave the graph, forward and backward, with every value unchanged; Transposes the
 GEMMs cannot take (a strided row, another reader, a graph output) stay."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import planner.graph.autodiff as autodiff
+import planner.frontend.passes as front_end_passes
+from planner.frontend.autodiff import Optimizer, make_training_graph
+from planner.frontend.passes.transpose_fold import fold_transposes
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, run
-from planner.graph.transpose_fold import fold_transposes
 from planner.zoo import build
 
 SPLIT = {"perm": [0, 2, 1, 3]}  # (batch, seq, heads, width) <-> (batch, heads, seq, width)
@@ -109,7 +109,7 @@ def test_training_graphs_of_transformers_have_no_transposes(model, monkeypatch):
     every value of the step, the updated parameters included, is the unfolded graph's."""
     forward = build(model, batch=2, seq=6, dim=8, heads=2, layers=2, vocab=7)
     folded = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
-    monkeypatch.setattr(autodiff, "fold_transposes", lambda g: g)
+    monkeypatch.setattr(front_end_passes, "fold_transposes", lambda g: g)
     plain = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
     assert sum(n.op == "Transpose" for n in plain.nodes) == 16
     assert not any(n.op == "Transpose" for n in folded.nodes)
@@ -155,7 +155,7 @@ def test_transposes_across_split_and_merge_reshapes_fold(monkeypatch):
     assert folded.node_map["merge"].outputs == ("back",)
     _close(forward, folded, ["loss", "back"])
     training = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
-    monkeypatch.setattr(autodiff, "fold_transposes", lambda g: g)
+    monkeypatch.setattr(front_end_passes, "fold_transposes", lambda g: g)
     plain = make_training_graph(forward, Optimizer(kind="sgd", lr=0.1))
     assert sum(n.op == "Transpose" for n in plain.nodes) == 4
     # left: the gradient of `t`, between a sum (AddN) and the weight gradient's flattening

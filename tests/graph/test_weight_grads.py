@@ -1,6 +1,6 @@
-"""Batched weight gradients (planner/graph/weight_grads.py): the structure of the rewrite, that
-it computes the same sum, that it leaves alone what it must not touch, and that the step's cores
-decide between chunks and one GEMM (a BiLSTM trained so still matches PyTorch)."""
+"""Batched weight gradients (planner/frontend/passes/weight_grads.py): the structure of the rewrite,
+that it computes the same sum, that it leaves alone what it must not touch, and that the step's
+cores decide between chunks and one GEMM (a BiLSTM trained so still matches PyTorch)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.passes.weight_grads import batch_weight_gradients
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import make_training_graph
-from planner.graph.for_cores import for_cores
 from planner.graph.interpret import random_feeds, run
 from planner.graph.optimizer import Optimizer
-from planner.graph.weight_grads import batch_weight_gradients
 from planner.ir.graph import Graph
+from planner.step.for_cores import for_cores
 from planner.target.presets import load_target
 from planner.zoo import build
 
@@ -90,7 +90,7 @@ def two_sums(steps: int) -> Graph:
 @pytest.mark.parametrize(("cores", "gemms"), [(None, 3), (1, 1), (2, 1), (3, 3), (64, 3)])
 def test_one_gemm_per_sum_where_no_core_is_left_for_chunks(cores, gemms) -> None:
     g = two_sums(9)
-    # The chunks, then as planned for the step's cores (planner/graph/for_cores.py).
+    # The chunks, then as planned for the step's cores (planner/step/for_cores.py).
     fused = check_graph(for_cores(batch_weight_gradients(g), cores))
     for d in ("fw", "bw"):
         total = fused.node_map[f"{d}/sum"]

@@ -10,7 +10,7 @@ nn.Module whose float tensor arguments are parameters (other tensors are buffers
 op and returning its tensor results. The module is exported by torch.export, converted by
 planner.importers.torch.convert (the trainer's own import), and run on the numpy reference
 interpreter forward and backward: the vector-Jacobian product of fixed random cotangents, with
-respect to every parameter (planner.graph.autodiff.gradients). Both are compared with the same
+respect to every parameter (planner.frontend.autodiff.gradients). Both are compared with the same
 module in float64 in torch (the exact answer to float32 precision).
 
 A factory's float result without a dtype (a window, linspace) takes torch's default dtype,
@@ -191,7 +191,7 @@ class _Skip(Exception):
 
 def _planner_errors() -> tuple[type, ...]:
     from planner.errors import PlanError, UserError
-    from planner.graph.autodiff import AutodiffError
+    from planner.frontend.autodiff import AutodiffError
     from planner.graph.builder import GraphBuildError
     from planner.graph.validate import GraphError
     from planner.importers.onnx.errors import OnnxImportError
@@ -432,7 +432,7 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
     a random op's) is appended to `runs` when given."""
     import torch
 
-    from planner.graph.autodiff import gradients
+    from planner.frontend.autodiff import gradients
     from planner.graph.interpret import run
     from planner.importers.torch.convert import convert
 

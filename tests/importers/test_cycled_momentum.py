@@ -129,8 +129,9 @@ def test_what_stays_compiled_in_is_refused_in_one_line(tmp_path):
 
 
 def test_sharding_a_cycled_momentum_is_refused():
-    from planner.graph import Optimizer, make_training_graph
-    from planner.graph.data_parallel import buckets, with_sharded_updates
+    from planner.frontend.autodiff import make_training_graph
+    from planner.graph import Optimizer
+    from planner.step.collectives.data_parallel import buckets, with_sharded_updates
     from planner.zoo import build
 
     graph = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
@@ -148,7 +149,8 @@ def test_a_momentum_read_each_step_is_the_compiled_one_when_it_holds_still(setti
     # first value, computes the compiled graph's bits (with a recorded lr schedule, whose
     # ScheduledLR finds lr after the momentum input); a value written between steps is read:
     # the next step equals a graph compiled with that value, not the first one's.
-    from planner.graph import Optimizer, make_training_graph
+    from planner.frontend.autodiff import make_training_graph
+    from planner.graph import Optimizer
     from planner.graph.interpret import init_params, random_feeds, train_step
     from planner.ops.lr_schedule import LRSchedule
     from planner.zoo import build

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from planner.graph import Optimizer, attach_loss, init_params, make_training_graph
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.loss import attach_loss
+from planner.graph import Optimizer, init_params
 from planner.graph.interpret import train_step
 from planner.importers import import_onnx
 from tests.importers.onnx_models import check_against_onnx, make_model, rand

@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from planner.frontend.autodiff import gradients
 from planner.graph import run
-from planner.graph.autodiff import gradients
 from planner.importers import OnnxImportError, import_onnx, load_onnx
 from tests.importers.onnx_models import check_against_onnx, make_model, rand
 

@@ -9,15 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from planner.cli import main
-from planner.graph import (
-    LossError,
-    Optimizer,
-    attach_loss,
-    check_graph,
-    init_params,
-    make_training_graph,
-    run,
-)
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.loss import LossError, attach_loss
+from planner.graph import Optimizer, check_graph, init_params, run
 from planner.graph.interpret import train_step
 from planner.importers import OnnxImportError, import_onnx, load_onnx
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT

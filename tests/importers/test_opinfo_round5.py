@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from planner.graph.autodiff import gradients  # noqa: E402
+from planner.frontend.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
 from planner.importers.torch.context import TorchImportError  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402

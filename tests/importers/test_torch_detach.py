@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from planner.frontend.autodiff import gradients  # noqa: E402
 from planner.graph import run  # noqa: E402
-from planner.graph.autodiff import gradients  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 
 

@@ -15,8 +15,8 @@ from torch.nn import functional as F  # noqa: E402
 
 import planner.torch  # noqa: E402
 from planner.errors import UserError  # noqa: E402
-from planner.graph import Graph, Optimizer, init_params, make_training_graph, run  # noqa: E402
-from planner.graph.autodiff import AutodiffError, find_loss, gradients  # noqa: E402
+from planner.frontend.autodiff import AutodiffError, find_loss, gradients, make_training_graph  # noqa: E402
+from planner.graph import Graph, Optimizer, init_params, run  # noqa: E402
 from planner.graph.interpret import train_step  # noqa: E402
 from planner.graph.validate import GraphError, check_graph  # noqa: E402
 from planner.importers.torch.convert import convert, decompose  # noqa: E402

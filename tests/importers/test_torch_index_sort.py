@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from planner.graph.autodiff import gradients  # noqa: E402
+from planner.frontend.autodiff import gradients  # noqa: E402
 from planner.graph.interpret import run  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops import OpError  # noqa: E402

@@ -139,7 +139,7 @@ def test_the_gradient_of_as_strided_scatter_is_zero_where_src_overwrites():
     """torch's own is the full dy there (its OpInfo marks that gradient an expected failure):
     ours is the finite difference's, which the OpInfo harness takes as the reference there
     (tests/importers/opinfo_cases._autograd_known_wrong)."""
-    from planner.graph.autodiff import gradients
+    from planner.frontend.autodiff import gradients
     from planner.graph.interpret import run
 
     class M(torch.nn.Module):

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from planner.graph import Optimizer, init_params, make_training_graph  # noqa: E402
+from planner.frontend.autodiff import make_training_graph  # noqa: E402
+from planner.graph import Optimizer, init_params  # noqa: E402
 from planner.graph.interpret import train_step  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.torch.training import export, trainer  # noqa: E402

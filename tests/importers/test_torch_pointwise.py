@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
+from planner.frontend.autodiff import gradients  # noqa: E402
 from planner.graph import run  # noqa: E402
-from planner.graph.autodiff import gradients  # noqa: E402
 from planner.importers.torch.context import TorchImportError  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops.pointwise_table import ROWS  # noqa: E402

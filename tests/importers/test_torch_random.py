@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from planner.graph import Optimizer, init_params, make_training_graph, run  # noqa: E402
+from planner.frontend.autodiff import make_training_graph  # noqa: E402
+from planner.graph import Optimizer, init_params, run  # noqa: E402
 from planner.graph.interpret import train_step  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.ops import get_op  # noqa: E402

@@ -21,8 +21,8 @@ from scipy import stats  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+from planner.frontend.autodiff import gradients  # noqa: E402
 from planner.graph import run  # noqa: E402
-from planner.graph.autodiff import gradients  # noqa: E402
 from planner.importers.torch.context import TorchImportError  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 

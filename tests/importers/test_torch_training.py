@@ -163,7 +163,8 @@ class _WithLoss(torch.nn.Module):
 def test_export_with_its_loss_trains_without_attaching_one():
     import io
 
-    from planner.graph import Optimizer, init_params, make_training_graph
+    from planner.frontend.autodiff import make_training_graph
+    from planner.graph import Optimizer, init_params
     from planner.importers import import_onnx
 
     model, x, labels = model_case("resnet")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from planner.graph.autodiff import gradients
+from planner.frontend.autodiff import gradients
 from planner.graph.interpret import run
 from planner.importers.torch.convert import convert
 from planner.ir.graph import Graph

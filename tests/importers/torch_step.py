@@ -25,11 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from planner.graph import Graph, Optimizer, attach_loss, init_params, make_training_graph
-from planner.graph.for_cores import for_cores
+from planner.frontend.autodiff import make_training_graph
+from planner.frontend.loss import attach_loss
+from planner.graph import Graph, Optimizer, init_params
 from planner.graph.interpret import train_step
 from planner.importers import import_onnx
 from planner.ops.dropout import dropout_mask, step_seed
+from planner.step.for_cores import for_cores
 
 LR = 0.1
 EPS32 = float(np.finfo(np.float32).eps)

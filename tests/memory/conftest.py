@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.plan import Plan

@@ -15,13 +15,13 @@ import pytest
 from planner.cli.plan import format_summary
 from planner.costs import CostModel
 from planner.curve import budget_curve
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
+from planner.pipeline.explain import explain, format_explain, rederive
 from planner.pipeline.placing import place
 from planner.report.diff import diff_plans
 from planner.report.diff_text import format_diff
-from planner.report.explain import explain, format_explain, rederive
 from planner.schedule.cpu import cpu_schedule
 from planner.schedule.options import ScheduleOptions
 from planner.target import preset

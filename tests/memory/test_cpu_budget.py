@@ -9,8 +9,7 @@ import pytest
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
 from planner.fit import fit
-from planner.graph.autodiff import make_training_graph
-from planner.graph.data_parallel import compute_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.budget.search import State
 from planner.memory.cpu_budget import cpu_steps
@@ -18,6 +17,7 @@ from planner.memory.options import MemoryOptions
 from planner.memory.stash import analyze
 from planner.pipeline import PlanOptions, place, plan
 from planner.schedule import ScheduleOptions, cpu_schedule
+from planner.step.collectives.data_parallel import compute_graph
 from planner.target import preset
 from planner.verify import verify_plan
 from planner.zoo import build

@@ -5,7 +5,7 @@ were."""
 
 from __future__ import annotations
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import plan
 from planner.target import preset

@@ -9,7 +9,7 @@ import pytest
 
 import planner.cli as cli
 from planner.curve import budget_curve
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
 from planner.plan import digest

@@ -1,4 +1,4 @@
-"""The budget search's arena floor (planner.memory.floor): a lower bound on every state's
+"""The budget search's arena floor (planner.memory.budget.floor): a lower bound on every state's
 laid-out arena that counts the kernels' scratch, so the search lays out only states that may
 fit."""
 
@@ -12,11 +12,11 @@ import planner.memory.budget.solver as solver
 import planner.memory.gpu as gpu
 from planner.costs import CostModel
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.arena import aligned
+from planner.memory.budget.floor import ArenaFloor
 from planner.memory.budget.search import State
-from planner.memory.floor import ArenaFloor
 from planner.memory.liveness import load_bytes
 from planner.memory.options import MemoryOptions
 from planner.memory.stash import analyze

@@ -3,7 +3,7 @@ over its scaled input's bytes, where nothing reads the scaled value after it. Th
 (an alias at the input's offset), the step's peak holds each gradient once, a replay on real
 bytes (noise written over every buffer after its last read) gives the reference interpreter's
 step, and verify refuses a plan in which the overwritten value still has a reader. CPU plans
-(planner.memory.liveness) and GPU plans, under a budget too (planner.memory.materialize).
+(planner.memory.liveness) and GPU plans, under a budget too (planner.memory.budget.materialize).
 tests/codegen/test_loss_scale.py runs such a plan (layout="plan") in the CPU executor."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from planner.graph.autodiff import LOSS_SCALE, Optimizer, make_training_graph
+from planner.frontend.autodiff import LOSS_SCALE, Optimizer, make_training_graph
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.graph.validate import check_graph
 from planner.ir.graph import Node, Tensor
@@ -117,7 +117,7 @@ def test_replay_on_the_planned_bytes_is_the_reference_step(graph, planned, gpu_p
 
 
 def test_replay_of_a_gpu_plan_under_a_budget():
-    """Offloads and recomputes around the in-place UnscaleGrads (planner.memory.materialize).
+    """Offloads and recomputes around the in-place UnscaleGrads (planner.memory.budget.materialize).
     Batch 32: at batch 4 and 16 the float16 gradients' reserved workspaces (no zero-workspace
     algorithm rounds them once: planner.costs.convalgo) set the smallest arena, which no
     offload lowers."""

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.costs import CostModel
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.interpret import init_params, random_feeds, train_step
 from planner.memory import InfeasibleBudget, MemoryOptions

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from planner.frontend.autodiff import gradients
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import gradients
 from planner.graph.interpret import run
 from planner.ops import TensorType, get_op
 
@@ -70,7 +70,7 @@ def checked_reference(op: str, inputs: Sequence[np.ndarray], **attrs: Any) -> li
 def apply_rule(op: str, inputs: Sequence[np.ndarray], attrs: dict[str, Any] | None = None,
                wrt: Sequence[int] | None = None, seed: int = 0, of: Sequence[int] | None = None
                ) -> tuple[list[np.ndarray | None], list[np.ndarray], list[str]]:
-    """Differentiate a one-node graph of `op` (planner.graph.autodiff.gradients, which calls the
+    """Differentiate a one-node graph of `op` (planner.frontend.autodiff.gradients, which calls the
     op's gradient rule); return (gradient per input or None, the dy fed per output, the ops the
     rule emitted).
 

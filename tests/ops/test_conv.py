@@ -257,7 +257,8 @@ def test_builder_error_names_the_node():
         b.op("Conv2D", [x, w], name="conv1")
 
 
-# ---- a folded bias and Relu (planner/graph/fold_conv_bias.py) --------------------------------
+# ---- a folded bias and Relu (planner/frontend/passes/fold_conv_bias.py)
+# --------------------------------
 
 
 @pytest.mark.parametrize("xs, ws, attrs", CONV_CASES)

@@ -1,15 +1,15 @@
 """LSTMCell: the reference against PyTorch's nn.LSTMCell (both gate orders), the gradient rule
 against finite differences and torch autograd (h's and c's gradients, alone and together), two
-steps whose h-gradient sum the cell's gradient takes (planner/graph/lstm_grads.py), and the
-shape and attribute errors. The CPU kernels: tests/codegen/test_op_kernels.py."""
+steps whose h-gradient sum the cell's gradient takes (planner/frontend/passes/lstm_grads.py), and
+the shape and attribute errors. The CPU kernels: tests/codegen/test_op_kernels.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import gradients
 from planner.graph import GraphBuilder, check_graph
-from planner.graph.autodiff import gradients
 from planner.graph.interpret import run
 from planner.ops import OpError, TensorType, get_op
 from tests.ops.opcheck import apply_rule, check_gradient, reference, rel_error, torch_gradients

@@ -123,7 +123,8 @@ def test_biased_matmul_shape_rule():
         mm.check_arity(1)
 
 
-# ---- a folded Relu (planner/graph/fold_bias.py, planner/ops/fused_activation.py) --------------
+# ---- a folded Relu (planner/frontend/passes/fold_bias.py, planner/ops/fused_activation.py)
+# --------------
 
 @pytest.mark.parametrize("sa,sb", [PRODUCTS[0], PRODUCTS[2], PRODUCTS[4]])
 @pytest.mark.parametrize("bias", [False, True])

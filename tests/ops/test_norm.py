@@ -208,11 +208,11 @@ def test_lrn_rule_matches_finite_differences(shape, attrs):
 
 def test_conv_stack_gradients_through_autodiff_match_torch():
     """Conv2D -> BatchNorm -> MaxPool -> LRN -> ConvTranspose2D -> AvgPool -> GlobalAvgPool,
-    differentiated by planner.graph.autodiff (a vector-Jacobian product) vs torch autograd."""
+    differentiated by planner.frontend.autodiff (a vector-Jacobian product) vs torch autograd."""
     pytest.importorskip("torch")
     import torch.nn.functional as F
 
-    from planner.graph.autodiff import gradients
+    from planner.frontend.autodiff import gradients
 
     shapes = {"x": (2, 3, 8, 8), "w1": (4, 3, 3, 3), "scale": (4,), "bias": (4,),
               "mean": (4,), "var": (4,), "w2": (4, 2, 2, 2)}

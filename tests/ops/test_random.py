@@ -16,8 +16,8 @@ import math
 import numpy as np
 import pytest
 
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.autodiff import DROPOUT_STEP
+from planner.frontend.autodiff import DROPOUT_STEP, make_training_graph
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.ops import OpError, TensorType, get_op
 from planner.ops.dropout import dropout_mask, step_seed
 from planner.ops.random import draws

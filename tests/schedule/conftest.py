@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.target.presets import thread_major_cpus
 from planner.target.records import CPU, Target
 from planner.zoo import build

@@ -1,5 +1,5 @@
 """The optimized search leaves out the baselines its best schedule already beats by min_gain
-(cpu.baseline_runs): their step floors must be lower bounds on every simulator's step, and
+(optimized.baseline_runs): their step floors must be lower bounds on every simulator's step, and
 leaving them out must change no choice."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from planner.graph.deps import predecessors
 from planner.schedule.bound import capacity, lower_bound
 from planner.schedule.contention import Contention, simulate_contended
 from planner.schedule.costs import op_costs
-from planner.schedule.cpu import baseline_runs, optimized, run_placements
+from planner.schedule.cpu import run_placements
+from planner.schedule.optimized import baseline_runs, optimized
 from planner.schedule.options import SMT_SLOWDOWN, ScheduleOptions
 from planner.schedule.placement import Placement, in_order
 from planner.schedule.simulate import simulate, step_floor, sure_floor

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from planner.costs import CostModel, CostTable
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.schedule import ScheduleOptions, cpu_schedule
 from planner.schedule.contention import Contention, fit_contention, simulate_contended

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.memory.options import MemoryOptions
 from planner.pipeline import PlanOptions, plan
@@ -107,7 +107,7 @@ def test_adam_and_co_running_streams_and_a_budget_plan_and_verify():
 
 
 def test_a_bucket_read_by_another_op_gets_its_scratch_in_the_plan():
-    from planner.graph.data_parallel import reduced_gradients
+    from planner.step.collectives.data_parallel import reduced_gradients
 
     g = make_training_graph(build("lenet", image=8, batch=8), Optimizer(kind="sgd"))
     grad = reduced_gradients(g)[0]

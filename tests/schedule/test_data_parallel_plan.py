@@ -10,12 +10,12 @@ import pytest
 
 import planner.cli as cli
 from planner.errors import InfeasibleBudget, UserError
-from planner.graph.autodiff import make_training_graph
-from planner.graph.data_parallel import buckets, reduced_gradients
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.runtime.distributed import local_rank
 from planner.schedule.parallel import DataParallelOptions, all_reduce_seconds, interconnect
+from planner.step.collectives.data_parallel import buckets, reduced_gradients
 from planner.target import preset
 from planner.target.shares import placement, rank_cpus
 from planner.verify import verify_plan
@@ -414,8 +414,8 @@ def test_sharded_references_of_one_rank_are_the_updates(kind):
     # the whole bucket, so two steps equal the graph's own per-parameter updates.
     import numpy as np
 
-    from planner.graph.data_parallel import with_sharded_updates
     from planner.graph.interpret import init_params, train_step
+    from planner.step.collectives.data_parallel import with_sharded_updates
 
     g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
                             Optimizer(kind=kind, lr=0.1))

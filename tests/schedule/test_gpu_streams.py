@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 from planner.costs import CostModel
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.graph.builder import GraphBuilder
 from planner.graph.deps import predecessors
 from planner.memory import MemoryOptions

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from planner.graph.autodiff import Optimizer, make_training_graph
+from planner.frontend.autodiff import Optimizer, make_training_graph
 from planner.pipeline import plan
 from planner.target import preset
 from planner.zoo import from_spec

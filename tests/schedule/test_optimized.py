@@ -9,8 +9,14 @@ from hypothesis import strategies as st
 
 from planner.schedule import ScheduleOptions
 from planner.schedule.costs import OpCosts
-from planner.schedule.cpu import heaviest, moves, optimized
-from planner.schedule.optimized import WIDEN, list_moldable, relaxed_allotment
+from planner.schedule.optimized import (
+    WIDEN,
+    heaviest,
+    list_moldable,
+    moves,
+    optimized,
+    relaxed_allotment,
+)
 from planner.schedule.placement import in_order
 from planner.schedule.simulate import simulate
 
@@ -176,3 +182,24 @@ def test_co_run_groups_hold_ready_independent_ops_and_never_lose_to_none(nodes, 
         return simulate(ps, preds, 2, 1.9).step_seconds
 
     assert step(True) <= step(False) * (1 + 1e-9)
+
+
+def test_every_strategy_is_placed_by_its_row_of_the_table():
+    """The strategies a ScheduleOptions accepts are the table's rows, and each row places the
+    ops as its strategy says: uniform lanes of the asked width, the optimized search no
+    slower in the simulator than the uniform and paper schedules it weighs."""
+    from planner.costs import CostModel
+    from planner.schedule import STRATEGIES, ScheduleOptions, cpu_schedule
+    from planner.schedule.cpu import STRATEGY_TABLE
+    from planner.target import preset
+    from planner.zoo import build
+
+    assert sorted(STRATEGY_TABLE) == sorted(STRATEGIES)
+    g = build("mlp", batch=8, hidden=[32, 32], in_features=16, classes=4)
+    model = CostModel(preset("xeon-8180"))
+    steps = {s: cpu_schedule(g, model, ScheduleOptions(strategy=s, intra=2, inter=1)
+                             if s == "uniform" else ScheduleOptions(strategy=s))
+             for s in STRATEGY_TABLE}
+    assert {o.threads for o in steps["uniform"].ops} == {2}
+    assert {s.strategy for s in steps.values()} == set(STRATEGY_TABLE)
+    assert steps["optimized"].step_seconds <= steps["paper"].step_seconds * (1 + 1e-9)

@@ -14,7 +14,7 @@ import pytest
 
 from planner import cli
 from planner.errors import UserError
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.report.sharding import sharding_report
@@ -245,7 +245,7 @@ def test_explain_says_why_an_all_gather_starts_where_it_does(tmp_path, capsys):
     """planner explain re-derives a ZeRO-3 plan and explains each gather: the ops it overlaps
     are its prefetch distance; on a slow link they do not cover it (its reader waits), for a
     reason it names; on a free one its reader does not wait (but for its own time)."""
-    from planner.report.explain import explain, rederive
+    from planner.pipeline.explain import explain, rederive
     from planner.report.explain_gather import explain_gather
 
     for link, waits in ((Interconnect(bandwidth=1e6, latency_seconds=1e-2), True),
@@ -384,14 +384,13 @@ def test_a_gather_whose_earlier_copy_is_read_after_its_reader_is_still_placed(mo
     reader (the BatchNorm fold once made one, run after the collectives: its gradient read the
     forward's gathered bias): no op lies between the memory bound and the reader, and the
     gather is issued right behind the op before the reader rather than failing the plan."""
-    import planner.graph.step as step
+    import planner.step as step
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.verify import verify_plan
 
     order = dict(step.STEP_PASSES)
-    names = ["for cores", "conv layouts", "collectives", "norm activations", "sum activations",
-             "blocked images"]
+    names = ["for_cores", "layouts", "collectives", "fold_norm_relu", "fold_sum_relu", "blocked"]
     monkeypatch.setattr(step, "STEP_PASSES", tuple((n, order[n]) for n in names))
     graph = prepare(SWEEP["resnet-18"], GraphOptions(optimizer=Optimizer(kind="sgd")))
     with warnings.catch_warnings():

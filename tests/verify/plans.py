@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 from planner.errors import InfeasibleBudget
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.ir.graph import Graph
 from planner.memory.options import MemoryOptions

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions

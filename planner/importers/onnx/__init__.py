@@ -23,7 +23,7 @@ Contract:
     (`training=torch.onnx.TrainingMode.TRAINING`) keep Dropout with its ratio and normalize
     with batch statistics, updating the running ones as PyTorch's train() (rules_norm.py);
     Identity vanishes; SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss become the planner's
-    loss, and `planner.graph.attach_loss` adds one to a model exported without;
+    loss, and `planner.frontend.loss.attach_loss` adds one to a model exported without;
   - subgraphs whose inputs are all known (shape arithmetic) are computed at import (fold.py);
   - errors are one OnnxImportError: every unsupported op at once, or one line saying what is
     wrong with the file or which node does not fit.

@@ -15,7 +15,7 @@ Per direction d (forward, reverse, or both for bidirectional, outputs stacked as
 
 Missing initial states are zeros (a state tensor); initial states given as initializers are
 state, not trained (convert.py), as PyTorch's are not parameters. The weight read at every
-step gets one batched gradient (planner/graph/weight_grads.py). Not supported: peepholes,
+step gets one batched gradient (planner/frontend/passes/weight_grads.py). Not supported: peepholes,
 non-default activations, clip, input_forget, and sequence_lens shorter than the sequence.
 """
 

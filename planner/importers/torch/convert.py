@@ -35,7 +35,7 @@
    called k times, whose running statistics chain through its k calls) is written over the
    buffer by a Cast to its own dtype at the end of the forward graph (`<buffer>.next`, role
    state, `updates` the buffer), which training runs after the backward pass
-   (planner/graph/autodiff.py) and evaluation leaves out. A frozen parameter (requires_grad
+   (planner/frontend/autodiff.py) and evaluation leaves out. A frozen parameter (requires_grad
    False: a state tensor, see 2.) written in forward (an EMA teacher updated under no_grad) is
    written back as a buffer is. A buffer or a parameter overwritten by a fresh draw
    (`self.noise.normal_()`, `w.uniform_()` under no_grad: a value of random ops alone, never
@@ -586,7 +586,7 @@ def _traced_loss(imp: Importer, outputs: list[str]) -> str | None:
     """The first output, when it is a float scalar no loss op writes (a loss of several terms,
     `F.mse_loss(o, y) + beta * kl`, traced with the model, or a module returning its own loss
     first): marked as the graph's loss (Graph.loss), which autodiff seeds."""
-    from planner.graph.autodiff import LOSS_OPS
+    from planner.ops.loss import LOSS_OPS
 
     if not outputs:
         return None

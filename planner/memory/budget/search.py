@@ -40,7 +40,7 @@ Example:
     >>> from planner.target import preset
     >>> from planner.schedule.streams import compute_steps
     >>> from planner.memory.stash import analyze
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("alexnet", batch=8, image=63, classes=4),
     ...                         Optimizer(kind="sgd"))

@@ -26,12 +26,12 @@ from planner.errors import InfeasibleBudget
 from planner.ir.graph import Graph
 from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
+from planner.memory.budget.floor import ArenaFloor
+from planner.memory.budget.materialize import NO_SMS, Material, materialize
 from planner.memory.budget.search import State, cheapest_stop
 from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, MemorySummary
-from planner.memory.floor import ArenaFloor
 from planner.memory.layout import FreeBytes, Layout, place
 from planner.memory.liveness import Buffer, live_profile, naive_bytes, per_op_bound
-from planner.memory.materialize import NO_SMS, Material, materialize
 from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore
 from planner.memory.reuse import reuse_edges
@@ -121,7 +121,7 @@ def decide(state: State, options: MemoryOptions, extra: ExtraBuffers | None = No
     floor = ArenaFloor(state.stash, extra, options.alignment)
 
     def fits(s: State) -> bool:
-        if floor.above(s, budget):  # cannot fit: no layout needed (planner.memory.floor)
+        if floor.above(s, budget):  # cannot fit: no layout needed (planner.memory.budget.floor)
             return False
         placed = lay(s, options, extra, limit=budget)
         last[:] = [placed] if placed is not None else []

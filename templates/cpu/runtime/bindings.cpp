@@ -44,7 +44,7 @@ struct Io {
   static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
     const TensorSpec& t = ex.tensor(id);
     if (!t.block) return to_numpy(t, ex.data(id), copy, owner);
-    // An image the step keeps channel-blocked (planner/graph/blocked.py) comes back as every
+    // An image the step keeps channel-blocked (planner/step/blocked.py) comes back as every
     // other, plain NCHW: always a copy (in_arena says no view).
     std::vector<float> plain(static_cast<size_t>(t.nbytes) / sizeof(float));
     const float* held = reinterpret_cast<const float*>(ex.data(id));

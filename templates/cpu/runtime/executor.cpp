@@ -184,7 +184,7 @@ void Executor::create(int k) { kernels_[k] = make_kernel(schedule().ops[k]); }
 namespace {
 
 // The ops whose CPU kernels take channel-blocked images (TensorRef::block): the planner's
-// OpDef.channel_blocked, between which planner/graph/blocked.py keeps a tensor blocked
+// OpDef.channel_blocked, between which planner/step/blocked.py keeps a tensor blocked
 // (tests/codegen/test_blocked_images.py compares the two), and the transfers, which copy bytes.
 // The by-position ones visit elements by position, so their operands must be alike (but scalar
 // bounds, read the same at every element).

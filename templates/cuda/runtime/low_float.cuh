@@ -1,5 +1,5 @@
 // The float types a CUDA kernel may read and write: float32 and, for mixed precision
-// (planner/graph/precision.py), bfloat16 and float16. Hand-written kernels load a low value
+// (planner/frontend/passes/precision.py), bfloat16 and float16. Hand-written kernels load a low value
 // widened to float32 (exact), compute in float32 and round each result once to nearest even
 // (cuDNN's, cuBLAS's and the reference interpreter's rounding); the libraries get the
 // matching data type with float32 compute.

@@ -15,7 +15,7 @@
 // batch) and saved_invstd are small loops after the statistics; oneDNN's BatchNormGrad gets the
 // variance back from saved_invstd.
 //
-// A folded Relu (`activation: relu`, planner/graph/fold_norm_relu.py) is applied as y is
+// A folded Relu (`activation: relu`, planner/step/fold_norm_relu.py) is applied as y is
 // written (Relu's rule, fused_relu.h relu_value), and a folded ReluGrad evaluates the Relu's
 // output r again from x in every pass (`normalised`, the forward's own arithmetic on the saved
 // mean and invstd, scale and the BatchNorm's bias, its sixth input) and applies ReluGrad's rule
@@ -24,11 +24,11 @@
 // the gradient's other forms refuse it (the fold makes none). A folded LeakyRelu
 // (`activation: leaky_relu`, attr alpha) is taken the same way with its rules (fused_relu.h's
 // FoldedActivation, x the normalised value before it). A folded residual sum (a sixth
-// input, planner/graph/fold_norm_sum.py) is added to the normalised x before the activation as
+// input, planner/step/fold_norm_sum.py) is added to the normalised x before the activation as
 // y is written: the Add's bits, without writing the normalised image and reading it back.
 //
 // An image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W, B), between
-// oneDNN's convolutions, planner/graph/blocked.py) takes the same loops with channels in the
+// oneDNN's convolutions, planner/step/blocked.py) takes the same loops with channels in the
 // vector lanes: the sums kTaskLanes channels and a chunk of images a task, each channel's terms
 // added in the plain loops' order (`block_sums`, `channel_sums`), so the bits are the plain
 // layout's; then the elementwise pass an image's block a task. (A whole block a task left one

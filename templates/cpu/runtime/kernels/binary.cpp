@@ -160,7 +160,7 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
 
 // What a sum loop applies to each sum as it writes it: nothing, a folded Relu (an Add's,
 // fused_relu.h relu_value) or a folded ReluGrad (an AddN's: relu_grad_value with the Relu's
-// output r, the node's last input; planner/graph/fold_sum_relu.py).
+// output r, the node's last input; planner/step/fold_sum_relu.py).
 enum class SumEnd { kNone, kRelu, kReluGrad };
 
 // Float32 tensors of one size summed element by element, y = x1 + x2 + ... in input order (the

@@ -4,7 +4,7 @@
 // [G, O/G, I/G, kh, kw]. Attrs: strides, pads [top, left, bottom, right], dilations, groups
 // (common/conv.h reads them for both backends).
 //
-// A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) gives the bias to
+// A Conv2D carrying a folded bias and Relu (planner/frontend/passes/fold_conv_bias.py) gives the bias to
 // the primitive as its bias argument (added to each output block as the kernel writes it), and
 // applies the Relu in one pass over y after it, as the Relu kernel does (v < 0 ? 0 : v; not
 // oneDNN's Relu post-op, which turns NaN into 0: fused_relu.h, shared with MatMul); a folded
@@ -21,7 +21,7 @@
 // where that does not apply: another type); where it says image_columns, a data gradient or a
 // transposed convolution runs image by image, one matmul and col2im each (an image of a few
 // channels, which oneDNN's blocked kernels pad to a whole block). An image or output the step keeps channel-blocked
-// (TensorRef::block, planner/graph/blocked.py) is given to the primitive in that layout, so
+// (TensorRef::block, planner/step/blocked.py) is given to the primitive in that layout, so
 // oneDNN runs its blocked kernel on it as it lies (where oneDNN has none for the block under
 // this process's ISA, on `any` as a plain one; the columns kernels read and write either).
 // Operands whose chosen layout is not the one the arena holds are reordered into temporaries
@@ -180,7 +180,7 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
   return k;
 }
 
-// A Conv2D's folded LeakyRelu of positive slope (planner/graph/fold_conv_leaky.py): oneDNN's
+// A Conv2D's folded LeakyRelu of positive slope (planner/step/fold_conv_leaky.py): oneDNN's
 // eltwise post-op computes it as the LeakyRelu kernel does (s > 0 ? s : s * alpha on the sum
 // plus bias, NaN kept), with no pass over y. With slope 0 its JIT form is max(s, 0), which
 // turns a NaN into 0: that one, and a Relu, are a pass after the primitive (fused_relu.h).

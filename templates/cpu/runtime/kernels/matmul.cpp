@@ -13,7 +13,7 @@
 // product runs in float32 and the result is rounded once into the low-type output: the native
 // kernel's numbers up to summation order (conv.cpp does the same for convolutions).
 // An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
-// planner/graph/fold_bias.py), is the primitive's bias argument: added as each output tile is
+// planner/frontend/passes/fold_bias.py), is the primitive's bias argument: added as each output tile is
 // written, instead of a second pass over y. A folded Relu (`activation: relu`, a linear
 // layer's, fold_bias.py too) is one pass over the float32 y right after the product, while y is
 // still in cache, not a separate op (fused_relu.h: NaN kept, so not oneDNN's Relu post-op).

@@ -6,7 +6,7 @@
 //
 // Three loop orders, chosen at load by the layout and the output width:
 //   blocked           an image the step keeps channel-blocked (TensorRef::block: (N, C/B, H, W,
-//                     B), planner/graph/blocked.py) is channels-last already, B channels at a
+//                     B), planner/step/blocked.py) is channels-last already, B channels at a
 //                     time: the channels loops run on it in place, each (sample, block) as an
 //                     image of B channels, no transposes (ResNet's stem pool: its gradient took
 //                     1.2 ms a step at batch 32 on the rows loops, whose stride-2 taps gather);

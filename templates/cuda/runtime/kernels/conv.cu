@@ -27,7 +27,7 @@
 // float32 accumulation, each output rounded once. The algorithms kept from cuDNN's heuristics
 // and find are those of the op's math type.
 //
-// A Conv2D carrying a folded bias and Relu (planner/graph/fold_conv_bias.py) adds them in one
+// A Conv2D carrying a folded bias and Relu (planner/frontend/passes/fold_conv_bias.py) adds them in one
 // pass over y after the convolution, in float32 before y's one rounding: one pass instead of
 // BiasAdd's and Relu's two (bias_activation.cuh, shared with MatMul). The Relu keeps NaN, as
 // the Relu kernel and the reference do.

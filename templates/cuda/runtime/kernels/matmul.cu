@@ -24,7 +24,7 @@
 // share one), set on the stream's handle before each call, as the handle is shared by the
 // stream's MatMuls; a plan without one runs cuBLAS's workspace-free paths.
 // An optional third input, a (N,) bias (a BiasAdd over the last axis folded in by
-// planner/graph/fold_bias.py), and a folded Relu (`activation: relu`, float32's alone) are one
+// planner/frontend/passes/fold_bias.py), and a folded Relu (`activation: relu`, float32's alone) are one
 // pass over y after the GEMMs, on the same stream (bias_activation.cuh, the Conv2D's pass: a
 // low-type y is widened, the bias added in float32 and rounded once, as BiasAdd's kernel; the
 // Relu keeps NaN, as the Relu kernel does).

@@ -79,7 +79,7 @@ void require_per_channel(const Node& n, size_t first, size_t last, int64_t c) {
 
 // ---- BatchNorm -------------------------------------------------------------------------------
 
-// A Relu folded into a batch norm is the CPU step's (planner/graph/fold_norm_relu.py): a plan
+// A Relu folded into a batch norm is the CPU step's (planner/step/fold_norm_relu.py): a plan
 // giving one to cuDNN's batch norm is refused rather than run without it.
 void refuse_folded_relu(const Node& n, const std::string& op) {
   if (fused_activation(n.attrs, op) != kActNone)

@@ -129,7 +129,7 @@ Geometry Geometry::broadcast(const Shape& out, const std::vector<Shape>& ins) {
   return g;
 }
 
-// A folded activation (an Add's Relu, an AddN's ReluGrad: CPU steps' folds, planner/graph/
+// A folded activation (an Add's Relu, an AddN's ReluGrad: CPU steps' folds, planner/step/
 // fold_sum_relu.py) is no part of a generated kernel's formula: refused, not run without it.
 static void refuse_folded_activation(const Node& n, const char* op) {
   if (n.attrs.has("activation") && n.attrs.s("activation") != "none")

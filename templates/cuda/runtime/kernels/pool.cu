@@ -16,7 +16,7 @@
 // Mixed precision: every kernel is a template over the data's type (float32, bfloat16,
 // float16): loads widen to float32, sums are float32, each output is rounded once. A max of
 // low values is one of them, so MaxPool in a low type is exact. GlobalAvgPool of a low x writes
-// a float32 mean (a reduction stays float32: planner/graph/precision.py).
+// a float32 mean (a reduction stays float32: planner/frontend/passes/precision.py).
 #include "../cudnn_kernel.h"
 #include "../low_float.cuh"
 #include "pool.h"

@@ -1,4 +1,4 @@
-"""A residual sum folded into the BatchNorm before it (planner/graph/fold_norm_sum.py): which
+"""A residual sum folded into the BatchNorm before it (planner/step/fold_norm_sum.py): which
 pairs fold, where the folded op lands, that the numpy reference computes the same values folded
 or not, and that a CPU plan's graph with the fold verifies against its training graph."""
 
@@ -8,16 +8,16 @@ import json
 
 import pytest
 
+from planner.frontend.autodiff import make_training_graph
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder
-from planner.graph.fold_norm_relu import fold_norm_relus
-from planner.graph.fold_norm_sum import fold_norm_sums
-from planner.graph.fold_sum_relu import fold_sum_relus
 from planner.graph.optimizer import Optimizer
 from planner.ops import TensorType, get_op
 from planner.ops.base import OpError
+from planner.step.fold_norm_relu import fold_norm_relus
+from planner.step.fold_norm_sum import fold_norm_sums
+from planner.step.fold_sum_relu import fold_sum_relus
 from planner.zoo.layers import batch_norm, conv2d, head, relu
 from tests.helpers.folds import assert_same_values
 

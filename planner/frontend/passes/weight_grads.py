@@ -21,7 +21,7 @@ On a CPU with no more cores than sums, nothing can overlap the chunks, and they 
 (row Concats per chunk, weight-sized partials written and summed back: ~0.6 ms of a ~5 ms
 BiLSTM step on one or two cores,
 bench/results/2026-11-23-transformer-issue25.md), so planning joins every sum's chunks into
-one GEMM over all steps (planner/graph/for_cores.py: the graph itself does not know its cores).
+one GEMM over all steps (planner/step/for_cores.py: the graph itself does not know its cores).
 
 `batch_weight_gradients` rewrites every AddN (role grad) whose inputs all come from such
 MatMuls (transpose_a, not transpose_b, no permuted view, rank 2, one dtype, each read by nothing
@@ -33,7 +33,7 @@ The rest of the graph keeps its order.
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> b = GraphBuilder("tied")
     >>> x1, x2, y = b.input("x1", (4, 3)), b.input("x2", (4, 3)), b.input("y", (4, 2))
     >>> w = b.param("w", (3, 2), init="glorot")
@@ -44,9 +44,9 @@ Example:
     [('grad/w/sum/rows_a', 'Concat'), ('grad/w/sum/rows_b', 'Concat'), ('grad/w/sum', 'MatMul')]
 
 Nine steps: three chunks and a sum of their partials, or, planned for one core
-(planner.graph.for_cores, a pass of the step graph), one GEMM over all steps:
+(planner.step.for_cores, a pass of the step graph), one GEMM over all steps:
 
-    >>> from planner.graph.for_cores import for_cores
+    >>> from planner.step.for_cores import for_cores
     >>> b = GraphBuilder("nine")
     >>> w, y = b.param("w", (3, 2), init="glorot"), b.input("y", (4, 2))
     >>> s = b.op("AddN", [b.op("MatMul", [b.input(f"x{t}", (4, 3)), w]) for t in range(9)])

@@ -24,7 +24,7 @@ step keeps the Add's activation (planner/graph/evaluation.py: it is the forward'
 
 Example (c0's Relu is the convolution's own; r1's gradient reads the head's alone, no AddN):
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo.layers import conv2d, head, relu
     >>> b = GraphBuilder("block")

@@ -9,10 +9,10 @@ loops (kernels/batch_norm.cpp) add the shortcut to each normalised element as th
 apply the Add's activation: the same float32 additions (they commute), so the step computes the
 bits of the ops apart.
 
-`fold_norm_sums` rewrites, in a graph after autodiff (and after planner.graph.fold_sum_relu
+`fold_norm_sums` rewrites, in a graph after autodiff (and after planner.step.fold_sum_relu
 gave the Add its Relu), BatchNorm -> Add(y, s) where:
   - the BatchNorm is a training one the runtime's loops take with no activation of its own
-    (planner.graph.fold_norm_relu.loops_take), and five inputs;
+    (planner.step.fold_norm_relu.loops_take), and five inputs;
   - its y is read by that Add alone, as one of its two inputs, and is no graph output;
   - the Add is float32 with its other input s of its output's shape (no broadcast);
   - nothing between the two reads the BatchNorm's other outputs (its statistics).
@@ -23,10 +23,10 @@ the saved statistics, not y. Where both of the Add's inputs are such BatchNorms'
 downsampling block's two branches), the first folds. The evaluation graph made from a folded
 step keeps the sum in the BatchNorm, in inference mode (planner/graph/evaluation.py).
 
-Example (the block's sum after its Relu is folded by planner.graph.fold_sum_relu):
+Example (the block's sum after its Relu is folded by planner.step.fold_sum_relu):
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import make_training_graph
-    >>> from planner.graph.fold_sum_relu import fold_sum_relus
+    >>> from planner.frontend.autodiff import make_training_graph
+    >>> from planner.step.fold_sum_relu import fold_sum_relus
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo.layers import batch_norm, conv2d, head, relu
     >>> b = GraphBuilder("block")
@@ -43,9 +43,9 @@ Example (the block's sum after its Relu is folded by planner.graph.fold_sum_relu
 
 from __future__ import annotations
 
-from planner.graph.fold_norm_relu import loops_take
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node
+from planner.step.fold_norm_relu import loops_take
 
 
 def fold_norm_sums(graph: Graph) -> Graph:

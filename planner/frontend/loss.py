@@ -68,7 +68,7 @@ def attach_loss(graph: Graph, kind: str = "cross-entropy", output: str | None = 
     tensor; a class axis that is clear and holds more than one class), or the graph already
     ends in a loss.
     """
-    from planner.graph.autodiff import AutodiffError, find_loss
+    from planner.frontend.autodiff import AutodiffError, find_loss
 
     if kind not in LOSS_KINDS:
         raise LossError(f"unknown loss {kind!r}; expected one of {', '.join(LOSS_KINDS)}")
@@ -206,7 +206,7 @@ def _copy(graph: Graph) -> GraphBuilder:
 
 def with_loss(graph: Graph, spec: str | None) -> Graph:
     """The graph with the loss a `--loss KIND[:OUTPUT]` option names attached (unchanged when
-    spec is None); see planner.graph.loss.
+    spec is None); see planner.frontend.loss.
 
     >>> from planner.zoo import build
     >>> g = build("mlp", batch=2, hidden=[4], in_features=3, classes=2, loss=False)

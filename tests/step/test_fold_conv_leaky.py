@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.fold_conv_leaky import fold_conv_leakies
+from planner.frontend.autodiff import make_training_graph
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.ir.graph import Graph
 from planner.ops.base import OpError
+from planner.step.fold_conv_leaky import fold_conv_leakies
 from planner.zoo import build
 from planner.zoo.layers import conv2d, head
 from tests.helpers.folds import assert_same_values

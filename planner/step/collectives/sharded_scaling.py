@@ -1,10 +1,10 @@
 """fp16-mixed's dynamic loss scaling under sharding (--shard-optimizer, --shard-parameters), as
-a pair of graph rewrites around the sharded ones (planner.graph.data_parallel,
-planner.graph.sharded_parameters).
+a pair of graph rewrites around the sharded ones (planner.step.collectives.data_parallel,
+planner.step.collectives.sharded_parameters).
 
 Unsharded, one UnscaleGrads reads every averaged gradient and writes the overflow flag
 `grad/found_inf` that the step's SkipOnOverflow nodes and UpdateLossScale read
-(planner.graph.autodiff). After a reduce-scatter a rank holds only its shards of the averaged
+(planner.frontend.autodiff). After a reduce-scatter a rank holds only its shards of the averaged
 gradients, so:
 
     without_loss_scaling   takes UnscaleGrads, the SkipOnOverflow nodes and UpdateLossScale
@@ -26,8 +26,8 @@ So every rank skips the same steps and updates its scale alike, as torch.amp's G
 with FSDP's ShardedGradScaler (whose found_inf is all-reduced across the ranks).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
-    >>> from planner.graph.data_parallel import buckets, with_sharded_updates
+    >>> from planner.frontend.autodiff import make_training_graph
+    >>> from planner.step.collectives.data_parallel import buckets, with_sharded_updates
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),

@@ -1,4 +1,4 @@
-"""The residual sums' Relu fold (planner/graph/fold_sum_relu.py): which pairs fold, where the
+"""The residual sums' Relu fold (planner/step/fold_sum_relu.py): which pairs fold, where the
 folded op lands, and that the numpy reference computes the same values folded or not."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner.frontend.autodiff import make_training_graph
 from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
-from planner.graph.autodiff import make_training_graph
 from planner.graph.builder import GraphBuilder
-from planner.graph.fold_norm_relu import fold_norm_relus
-from planner.graph.fold_sum_relu import fold_sum_relus
 from planner.graph.optimizer import Optimizer
 from planner.ops import TensorType, get_op
 from planner.ops.base import OpError
+from planner.step.fold_norm_relu import fold_norm_relus
+from planner.step.fold_sum_relu import fold_sum_relus
 from planner.zoo.layers import conv2d, head, relu
 from tests.helpers.folds import assert_same_values
 

@@ -19,7 +19,7 @@ they are, as fold_bias.py leaves its GEMMs: folded, the bias and the Relu would 
 one rounding instead of after it, a different step than the one the policy was measured with.
 The folded Relu keeps NaN as Relu does (not oneDNN's Relu post-op, which gives 0 for it:
 templates/cpu/runtime/kernels/conv.cpp). The rewrite is fold_bias.py's too
-(planner/graph/fold_epilogue.py).
+(planner/frontend/passes/_fold_epilogue.py).
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.fold_epilogue import fold_epilogues
+from planner.frontend.passes._fold_epilogue import fold_epilogues
 from planner.ir.graph import Graph
 
 

@@ -5,7 +5,7 @@ sharded optimizer state, one ReduceScatter and one ShardedUpdate (`with_sharded_
 collectives run are planning decisions (planner.schedule.parallel).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),
@@ -24,11 +24,11 @@ from __future__ import annotations
 from planner.errors import UserError
 from planner.graph.deps import in_dependency_order
 from planner.graph.optimizer import UPDATE_OPS
-from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_scaling
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Node, Tensor
 from planner.ops import get_op
 from planner.ops.collective import COLLECTIVE_OPS, DEFAULT_ALIGNMENT, SHARDED_UPDATES, shard_floats
+from planner.step.collectives.sharded_scaling import with_unscaled_shards, without_loss_scaling
 
 _UPDATES = frozenset(op for op, _ in UPDATE_OPS.values())
 # fp16-mixed's loss scaling reads the gradients first (planner/ops/loss_scale.py): it gets the
@@ -216,10 +216,10 @@ def with_sharded_updates(graph: Graph, bucket_list: list[list[str]], ranks: int,
     arena aligns them (`alignment` bytes: the backend's bucket_alignment, named in the ops'
     `alignment` attr where it is not DEFAULT_ALIGNMENT); clip_grad_norm over the gradient
     shards (with_clipped_shards) and fp16-mixed's loss scaling over them
-    (planner.graph.sharded_scaling). UserError where a gradient has a reader besides its
+    (planner.step.collectives.sharded_scaling). UserError where a gradient has a reader besides its
     update or a bucket mixes updates.
 
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8], in_features=3, classes=2),

@@ -7,7 +7,8 @@ by planner.pipeline from the target and recorded in the plan's embedded graph:
     whole weight gradients
         with no more cores than a graph has chunked weight-gradient sums (an RNN's recurrences
         keep that many cores busy), each sum of chunk GEMMs over concatenated rows becomes one
-        GEMM over all of its rows: the chunks would only add work (planner/graph/weight_grads.py)
+        GEMM over all of its rows: the chunks would only add work
+        (planner/frontend/passes/weight_grads.py)
 
 (A weight several GEMMs read, an RNN's recurrent one, was also copied transposed once per step
 here, so that oneDNN would not pack its transposed view at every call; the CPU runtime now packs
@@ -18,7 +19,7 @@ such a weight once per step itself, from any view: templates/cpu/runtime/weight_
 Example: nine steps read one weight; their gradient is three chunk GEMMs and a sum, one GEMM
 on one core, the chunks where a core is left to overlap them:
 
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.builder import GraphBuilder
     >>> from planner.graph.optimizer import Optimizer
     >>> b = GraphBuilder("nine")

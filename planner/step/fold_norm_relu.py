@@ -45,7 +45,7 @@ mobilenet_v2's step 0.63 ms more than the 0.55 ms its own pass took
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo.layers import batch_norm, conv2d, head, relu
     >>> b = GraphBuilder("layer")

@@ -1,4 +1,4 @@
-"""Each rewritten step graph is validated once: every pass of planner.graph.step checks the
+"""Each rewritten step graph is validated once: every pass of planner.step checks the
 graph it rewrites, step_graph does not check it again, and the sharded rewrites check their
 graph once with its clip and loss scaling put back (not after each)."""
 
@@ -10,7 +10,8 @@ from planner.frontend.options import GraphOptions
 from planner.frontend.prepare import prepare
 from planner.graph import validate
 from planner.graph.optimizer import Optimizer
-from planner.graph.step import STEP_PASSES, Collectives, StepChoices, step_graph
+from planner.step import STEP_PASSES, StepChoices, step_graph
+from planner.step.collectives import Collectives
 
 MLP = "zoo:mlp?batch=4&hidden=8&in_features=4&classes=2"
 

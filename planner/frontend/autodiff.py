@@ -1,37 +1,20 @@
 """Autodiff: a forward graph and an optimizer -> one training graph (reverse mode, graph rewrite).
 
-`make_training_graph` is a short list of passes (those after emit_updates are the checked
-tuple TRAINING_PASSES):
+`make_training_graph` is a short list of steps, the last of them the checked passes of
+planner/frontend/passes/ that rewrite training graphs (TRAINING_PASSES there):
 
     find_loss        the graph's marked loss (Graph.loss), else its scalar output written by a
                      loss op (an error names the outputs when there is none)
     differentiate    copy the forward nodes, then walk them backwards calling each op's gradient
                      rule (planner/ops), summing the gradients of a tensor read several times
     emit_updates     one update node per trainable param (SGD, ApplyMomentum, ApplyAdam)
-    fold_lstm_dh_sums
-                     the two-way sum of an unrolled LSTM step's h gradient is read by the
-                     step's LSTMCellGrad itself (planner/graph/lstm_grads.py)
-    join_slice_gradients
-                     a sum of slice gradients that tile one axis (an unrolled RNN's per-step
-                     pieces of one tensor) becomes one Concat (planner/graph/slice_grads.py)
-    batch_weight_gradients
-                     a weight's gradient summed over many GEMMs (an RNN's time steps) becomes
-                     one GEMM over the concatenated rows (planner/graph/weight_grads.py)
-    fuse_softmax     attention's Scale -> CausalMask -> Softmax and its gradient chain become
-                     ScaledSoftmax and ScaledSoftmaxGrad (planner/graph/softmax_fusion.py)
-    mark_in_place    next values of params, optimizer state and BatchNorm running statistics
-                     carry `updates=<persistent tensor>` and its role
-    fold_transposes  a Transpose read only by MatMuls, or of a MatMul's result read by nothing
-                     else (attention's head splits and merges, forward and backward), becomes
-                     strides of those GEMMs (planner/graph/transpose_fold.py); after
-                     mark_in_place, which would give a reshaped forward tensor its old record
-    apply_precision  the precision policy's casts (planner/graph/precision.py; fp32: none)
-    fold_bias_adds   a MatMul's BiasAdd over the last axis and Relu become its bias input and
-                     activation (planner/graph/fold_bias.py)
-    fold_conv_biases a Conv2D's BiasAdd over the channels and Relu become its bias input and
-                     activation (planner/graph/fold_conv_bias.py)
+    rewrites         TRAINING_PASSES = (lstm_grads, slice_grads, weight_grads,
+                     softmax_fusion, in_place, transpose_fold, precision, fold_bias,
+                     fold_conv_bias): an RNN's gradient sums, attention's softmax, the
+                     persistent tensors' next values marked in place, transposes into GEMM
+                     strides, the precision policy's casts, bias and Relu folds
 
-What depends on the CPU cores a step runs on is planning's (planner/graph/step.py): a graph
+What depends on the CPU cores a step runs on is planning's (planner/step/): a graph
 does not depend on the target.
 
 Every node is added through GraphBuilder, so it passes the same shape rules as any graph as it is
@@ -115,36 +98,31 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner.dtypes import is_float
+from planner.frontend.passes import (
+    GRADIENT_PASSES,
+    TRAINING_PASSES,
+    Differentiated,
+    rewritten,
+)
 from planner.graph.builder import GraphBuilder
-from planner.graph.fold_bias import fold_bias_adds
-from planner.graph.fold_conv_bias import fold_conv_biases
-from planner.graph.lstm_grads import fold_lstm_dh_sums
 from planner.graph.optimizer import LossScaling, Optimizer, hyperparameter_tensor
-from planner.graph.precision import apply_precision
-from planner.graph.slice_grads import join_slice_gradients
-from planner.graph.softmax_fusion import fuse_softmax
-from planner.graph.transpose_fold import fold_transposes
 from planner.graph.validate import GraphError, check_graph, check_loss, normalize_attrs
-from planner.graph.weight_grads import batch_weight_gradients
 from planner.ir.accumulation import MICRO_STEP, grad_sum_tensor, micro_step_tensor
 from planner.ir.graph import Graph, Node, Tensor
+from planner.ir.phases import node_phase
 from planner.ops import TensorType, get_op
+from planner.ops.loss import LOSS_OPS
 from planner.ops.random import RANDOM_OPS
-
-# Ops whose scalar output is a training loss (a mean over the batch).
-LOSS_OPS: frozenset[str] = frozenset({"SoftmaxCrossEntropy", "SigmoidBCE", "MSE", "NLLLoss"})
 
 # Name prefixes the training graph reserves for what this pass adds.
 RESERVED_SCOPES: tuple[str, ...] = ("grad/", "update/", "optim/", "rng/")
 
 # The training step counter Dropout nodes read for a fresh mask each step (planner/ops/dropout.py).
 DROPOUT_STEP = "rng/step"
-
-PHASES: tuple[str, ...] = ("forward", "backward", "update")
 
 # fp16-mixed's dynamic loss scale (float32 scalar state; the backward seed) and the overflow
 # flag of each step's gradients (planner/ops/loss_scale.py).
@@ -169,7 +147,7 @@ def make_training_graph(graph: Graph, optimizer: Optimizer, precision: str = "fp
     Parameters: `graph`, a forward graph whose outputs include one scalar loss; `optimizer`, the
     update rule applied to every param that receives a gradient (a param the loss does not
     depend on is left alone, as torch.optim skips parameters whose grad is None); `precision`,
-    one of planner.graph.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
+    one of planner.frontend.passes.precision.PRECISIONS; `loss_scaling`, fp16-mixed's dynamic loss
     scaling (LossScaling() when None; ignored by the other policies);
     `accumulate`, the micro-batches per optimizer step (planner/ir/accumulation.py).
     Returns: the training graph laid out as in the module docstring; its outputs are the
@@ -251,48 +229,6 @@ def gradients(graph: Graph, wrt: Sequence[str] | None = None,
                      GRADIENT_PASSES), grads
 
 
-@dataclass(frozen=True)
-class Differentiated:
-    """What the passes after differentiation read besides the graph: the forward graph, the
-    persistent tensors' next values (mark_in_place) and the precision policy."""
-
-    forward: Graph
-    marks: Mapping[str, str]
-    precision: str = "fp32"
-
-
-TrainingPass = Callable[[Graph, Differentiated], Graph]
-
-# The rewrites of a differentiated graph, in order (module docstring): `gradients`' graphs get
-# the first ones, training graphs all of them.
-GRADIENT_PASSES: tuple[tuple[str, TrainingPass], ...] = (
-    ("fold_lstm_dh_sums", lambda g, d: fold_lstm_dh_sums(g)),
-    ("join_slice_gradients", lambda g, d: join_slice_gradients(g)),
-    ("batch_weight_gradients", lambda g, d: batch_weight_gradients(g)),
-    ("fuse_softmax", lambda g, d: fuse_softmax(g)),
-    ("mark_in_place", lambda g, d: _mark_in_place(g, d.forward, d.marks)),
-    ("fold_transposes", lambda g, d: fold_transposes(g)),
-)
-TRAINING_PASSES: tuple[tuple[str, TrainingPass], ...] = (
-    *GRADIENT_PASSES,
-    ("apply_precision", lambda g, d: apply_precision(g, d.precision)),
-    ("fold_bias_adds", lambda g, d: fold_bias_adds(g)),
-    ("fold_conv_biases", lambda g, d: fold_conv_biases(g)),
-)
-
-
-def rewritten(built: Graph, differentiated: Differentiated,
-              passes: tuple[tuple[str, TrainingPass], ...]) -> Graph:
-    """`built` through `passes`, checked (planner.graph.validate) after each one that changed
-    it, as the front end's passes are (planner.frontend.prepare): a pass that breaks a rule is
-    caught where it does."""
-    graph = built
-    for _, training_pass in passes:
-        out = training_pass(graph, differentiated)
-        graph = graph if out is graph else check_graph(out)
-    return graph
-
-
 def find_loss(graph: Graph) -> str:
     """The name of the graph's loss: the output the graph marks as its loss (Graph.loss: a
     scalar of several terms, traced with the model), else the one scalar output produced by a
@@ -310,26 +246,11 @@ def find_loss(graph: Graph) -> str:
         raise AutodiffError(f"graph {graph.name!r} has no loss: none of its outputs "
                             f"{list(graph.outputs)} is the scalar output of a loss op "
                             f"({', '.join(sorted(LOSS_OPS))}); attach one with --loss "
-                            f"cross-entropy[:OUTPUT] or planner.graph.attach_loss")
+                            f"cross-entropy[:OUTPUT] or planner.frontend.loss.attach_loss")
     if len(losses) > 1:
         raise AutodiffError(f"graph {graph.name!r} has several losses {losses}; "
                             f"combine them into one before training")
     return losses[0]
-
-
-def node_phase(graph: Graph, node: Node) -> str:
-    """"forward", "backward" or "update": what part of a training step a node belongs to.
-
-    Backward nodes write gradients (role "grad"); update nodes write nothing but next values of
-    persistent tensors (params, optimizer state, the dropout step); everything else (a BatchNorm
-    updating its running statistics beside its output included) is forward.
-    """
-    outs = [graph.tensor(o) for o in node.outputs]
-    if any(t.role == "grad" for t in outs):
-        return "backward"
-    if all(t.updates is not None for t in outs):
-        return "update"
-    return "forward"
 
 
 # ---- differentiation --------------------------------------------------------------------------
@@ -447,14 +368,14 @@ def add_dropout_step(graph: Graph) -> Graph:
     the graph is unchanged when there are none. (make_training_graph's first pass; public so
     other runtimes can run the same forward.)"""
     nodes = [n.model_copy(update={"inputs": (*n.inputs, DROPOUT_STEP)})
-             if _draws_without_step(graph, n) else n for n in graph.nodes]
+             if draws_without_step(graph, n) else n for n in graph.nodes]
     if nodes == list(graph.nodes):
         return graph
     counter = Tensor(name=DROPOUT_STEP, shape=(), dtype="int64", role="state", init="zeros")
     return _replace(graph, nodes=tuple(nodes), tensors=(*graph.tensors, counter))
 
 
-def _draws_without_step(graph: Graph, node: Node) -> bool:
+def draws_without_step(graph: Graph, node: Node) -> bool:
     if node.op == "Dropout":
         return len(node.inputs) == 1
     if node.op not in RANDOM_OPS:
@@ -636,20 +557,6 @@ def _running_stat_updates(graph: Graph) -> dict[str, str]:
                     and old not in written:
                 marks[out] = old
     return marks
-
-
-def _mark_in_place(built: Graph, forward: Graph, marks: Mapping[str, str]) -> Graph:
-    """Forward tensors keep their forward records; each `marks` key becomes an in-place update
-    of its value (same role as that persistent tensor)."""
-    tensors = []
-    for t in built.tensors:
-        if t.name in marks:
-            old = built.tensor(marks[t.name])
-            t = t.model_copy(update={"role": old.role, "updates": old.name})
-        elif t.name in forward.tensor_map:
-            t = forward.tensor_map[t.name]
-        tensors.append(t)
-    return _replace(built, tensors=tuple(tensors))
 
 
 def _replace(graph: Graph, **fields: object) -> Graph:

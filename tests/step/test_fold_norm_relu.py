@@ -10,9 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from planner.graph import GraphBuilder, Optimizer, check_graph, make_training_graph
-from planner.graph.fold_norm_relu import fold_norm_relus
+from planner.frontend.autodiff import make_training_graph
+from planner.graph import GraphBuilder, Optimizer, check_graph
 from planner.ir.graph import Graph
+from planner.step.fold_norm_relu import fold_norm_relus
 from planner.zoo import build
 from planner.zoo.layers import batch_norm, conv2d, head
 from tests.helpers.folds import assert_same_values
@@ -176,7 +177,7 @@ def test_a_folded_norm_differentiates_as_its_parts(act, attrs, folded):
     """A graph written after the fold (planner graph -o, then planner plan --train) trains
     too: BatchNorm with its Relu or LeakyRelu has the gradient of the two ops it replaced
     (the LeakyRelu's read from its output: the same mask for a positive slope)."""
-    from planner.graph.autodiff import gradients
+    from planner.frontend.autodiff import gradients
     from planner.graph.interpret import init_params, random_feeds, run
 
     b = GraphBuilder("layer")

@@ -1,10 +1,16 @@
 """The step graph: the rewrites that depend on the machine a step runs on, as passes over what
 planning chose for it (`StepChoices`), each checking the graph it rewrites once (the front
-end's passes are checked by planner.frontend.prepare).
+end's passes are checked by planner.frontend.prepare). This folder's modules are the passes,
+and STEP_PASSES, below, names them in the order they run (tests/test_pass_lists.py holds the
+two, and the docs' copies of the list, together):
+
+    STEP_PASSES = (for_cores, layouts, fold_norm_relu, fold_conv_leaky, fold_sum_relu,
+                   fold_norm_sum, collectives, blocked)
 
     step_graph(graph, choices):
         graph = for_cores(graph, choices.cores)         # a CPU step's cores (for_cores.py)
         graph = with_layouts(graph, choices.layouts)    # each convolution's kernel layout
+                                                        # (layouts.py)
         graph = fold_norm_relus(graph) if choices.relu_folds else graph
                                                         # a BatchNorm's Relu and its gradient
                                                         # in its loops (fold_norm_relu.py)
@@ -19,7 +25,7 @@ end's passes are checked by planner.frontend.prepare).
                                                         # before it (fold_norm_sum.py)
         graph = collectives(graph, choices.collectives) # the ranks' gradient buckets: all-reduces,
                                                         # ZeRO-1's sharded updates or ZeRO-3's
-                                                        # gathers (planner.graph.data_parallel)
+                                                        # gathers (collectives/)
         graph = with_blocked(graph, choices.channel_block)  # activations kept channel-blocked
                                                             # between the kernels that take
                                                             # them so (blocked.py)
@@ -43,36 +49,20 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Literal
+from collections.abc import Callable
 
 from pydantic import Field
 
-from planner.graph.blocked import with_blocked
-from planner.graph.data_parallel import buckets, with_all_reduce, with_sharded_updates
-from planner.graph.fold_conv_leaky import fold_conv_leakies
-from planner.graph.fold_norm_relu import fold_norm_relus
-from planner.graph.fold_norm_sum import fold_norm_sums
-from planner.graph.fold_sum_relu import fold_sum_relus
-from planner.graph.for_cores import for_cores
-from planner.graph.sharded_parameters import with_sharded_parameters
-from planner.graph.validate import check_graph
 from planner.ir.graph import Graph
 from planner.ir.record import Record
-from planner.ops.collective import DEFAULT_ALIGNMENT
-
-
-class Collectives(Record):
-    """The data-parallel rewrite planning chose: how many ranks, which rewrite, the buckets'
-    size limit (1 rank: none)."""
-
-    ranks: int = Field(default=1, ge=1)
-    ranks_per_host: int = Field(default=1, ge=1)
-    rewrite: Literal["all-reduce", "sharded-updates", "sharded-parameters"] = "all-reduce"
-    bucket_bytes: int = Field(default=0, ge=0)
-    # The bytes ZeRO-1's buckets are aligned to: the arena's (the backend's bucket_alignment,
-    # planner.target.backends; planner.graph.data_parallel).
-    alignment: int = Field(default=DEFAULT_ALIGNMENT, ge=4)
+from planner.step.blocked import with_blocked
+from planner.step.collectives import Collectives, collectives
+from planner.step.fold_conv_leaky import fold_conv_leakies
+from planner.step.fold_norm_relu import fold_norm_relus
+from planner.step.fold_norm_sum import fold_norm_sums
+from planner.step.fold_sum_relu import fold_sum_relus
+from planner.step.for_cores import for_cores
+from planner.step.layouts import with_layouts
 
 
 class StepChoices(Record):
@@ -83,53 +73,32 @@ class StepChoices(Record):
     # Convolution node name -> kernel layout (planner.costs.conv_layouts chooses them).
     layouts: dict[str, str] = {}
     collectives: Collectives = Collectives()
-    # The channels per block of the images kept blocked (planner.graph.blocked); 0: none.
+    # The channels per block of the images kept blocked (planner.step.blocked); 0: none.
     channel_block: int = Field(default=0, ge=0)
     # Whether Relus and their gradients fold into the ops before them that the CPU runtime's
-    # loops take so: a BatchNorm's (planner.graph.fold_norm_relu), a residual sum's
-    # (planner.graph.fold_sum_relu); a convolution's LeakyRelu into it (oneDNN's post-op,
-    # planner.graph.fold_conv_leaky); and a residual sum into the BatchNorm before it
-    # (planner.graph.fold_norm_sum).
+    # loops take so: a BatchNorm's (planner.step.fold_norm_relu), a residual sum's
+    # (planner.step.fold_sum_relu); a convolution's LeakyRelu into it (oneDNN's post-op,
+    # planner.step.fold_conv_leaky); and a residual sum into the BatchNorm before it
+    # (planner.step.fold_norm_sum).
     relu_folds: bool = False
-
-
-def with_layouts(graph: Graph, layouts: Mapping[str, str]) -> Graph:
-    """`graph` with `layouts[name]` as the layout attr of each named node there, checked (a
-    value the op refuses is an error naming the node)."""
-    if not layouts:
-        return graph
-    nodes = tuple(n.model_copy(update={"attrs": {**n.attrs, "layout": layouts[n.name]}})
-                  if n.name in layouts else n for n in graph.nodes)
-    return check_graph(graph.model_copy(update={"nodes": nodes}))
-
-
-def collectives(graph: Graph, choice: Collectives) -> Graph:
-    """`graph` with the gradient buckets' collectives `choice` names (none for one rank)."""
-    if choice.ranks == 1:
-        return graph
-    bucket_list = buckets(graph, choice.bucket_bytes)
-    if choice.rewrite == "sharded-parameters":
-        return with_sharded_parameters(graph, bucket_list, choice.ranks, choice.ranks_per_host)
-    if choice.rewrite == "sharded-updates":
-        return with_sharded_updates(graph, bucket_list, choice.ranks, choice.ranks_per_host,
-                                    choice.alignment)
-    return with_all_reduce(graph, bucket_list, choice.ranks, choice.ranks_per_host)
 
 
 StepPass = Callable[[Graph, StepChoices], Graph]
 
+# The passes in order, each by the name of this folder's module that holds it (module
+# docstring).
 STEP_PASSES: tuple[tuple[str, StepPass], ...] = (
-    ("for cores", lambda g, c: for_cores(g, c.cores)),
-    ("conv layouts", lambda g, c: with_layouts(g, c.layouts)),
+    ("for_cores", lambda g, c: for_cores(g, c.cores)),
+    ("layouts", lambda g, c: with_layouts(g, c.layouts)),
     # Before the collectives: a folded BatchNormGrad reads the BatchNorm's bias, which ZeRO-3's
     # rewrite then gives it from the backward's gather, as it does the scale (after it, the
     # fold would read the forward's gathered copy and hold it through the backward).
-    ("norm activations", lambda g, c: fold_norm_relus(g) if c.relu_folds else g),
-    ("conv activations", lambda g, c: fold_conv_leakies(g) if c.relu_folds else g),
-    ("sum activations", lambda g, c: fold_sum_relus(g) if c.relu_folds else g),
-    ("norm sums", lambda g, c: fold_norm_sums(g) if c.relu_folds else g),
+    ("fold_norm_relu", lambda g, c: fold_norm_relus(g) if c.relu_folds else g),
+    ("fold_conv_leaky", lambda g, c: fold_conv_leakies(g) if c.relu_folds else g),
+    ("fold_sum_relu", lambda g, c: fold_sum_relus(g) if c.relu_folds else g),
+    ("fold_norm_sum", lambda g, c: fold_norm_sums(g) if c.relu_folds else g),
     ("collectives", lambda g, c: collectives(g, c.collectives)),
-    ("blocked images", lambda g, c: with_blocked(g, c.channel_block)),
+    ("blocked", lambda g, c: with_blocked(g, c.channel_block)),
 )
 
 

@@ -27,7 +27,7 @@ epilogue in the CUDA runtime (its Conv2D refuses one).
 
 Example:
     >>> from planner.graph.builder import GraphBuilder
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo.layers import conv2d, head
     >>> b = GraphBuilder("layer")

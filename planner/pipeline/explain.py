@@ -20,7 +20,7 @@ derivable from its inputs; a plan file stays the reviewable decision, and explai
 it still follows from its inputs before it explains anything.
 
 Example:
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.pipeline import plan
     >>> from planner.target import preset
     >>> from planner.zoo import build

@@ -54,7 +54,7 @@ casts never happen: a low reader of a value that has a low copy reads the copy (
 -> low would be the identity).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=2, hidden=[4], in_features=3, classes=2),

@@ -2,9 +2,9 @@
 parameter bucket, of its gradients and of its optimizer state between steps, and gathers a
 bucket's parameters only while the step reads them.
 
-Per bucket k (the gradient buckets of planner.graph.data_parallel.buckets, whose parameters
-lie side by side as their gradients do, so a parameter shard and a gradient shard cover the
-same floats):
+Per bucket k (the gradient buckets of planner.step.collectives.data_parallel.buckets, whose
+parameters lie side by side as their gradients do, so a parameter shard and a gradient shard
+cover the same floats):
 
     shard/k/param                 persistent: this rank's shard of the parameters' bucket
     allgather/k                   AllGather -> gathered/<p>: before the bucket's first forward
@@ -23,9 +23,9 @@ only over parameter-free ops, at the price of one more all-gather. How far ahead
 reader each all-gather is issued is the schedule's decision (planner.schedule.parallel).
 
 Example:
-    >>> from planner.graph.autodiff import make_training_graph
+    >>> from planner.frontend.autodiff import make_training_graph
     >>> from planner.graph.optimizer import Optimizer
-    >>> from planner.graph.data_parallel import buckets
+    >>> from planner.step.collectives.data_parallel import buckets
     >>> from planner.zoo import build
     >>> g = make_training_graph(build("mlp", batch=4, hidden=[8, 8], in_features=3,
     ...                               classes=2), Optimizer(kind="adam"))
@@ -42,17 +42,17 @@ over the loss; fc2's is freed after fc2 and gathered again for grad/fc2/matmul.
 from __future__ import annotations
 
 from planner.errors import UserError
-from planner.graph.data_parallel import (
+from planner.graph.deps import in_dependency_order
+from planner.graph.validate import check_graph
+from planner.ir.graph import Graph, Node, Tensor
+from planner.ops.collective import SHARDED_UPDATES, shard_floats
+from planner.step.collectives.data_parallel import (
     scatter_attrs,
     sharded_gradients,
     with_clipped_shards,
     without_clip,
 )
-from planner.graph.deps import in_dependency_order
-from planner.graph.sharded_scaling import with_unscaled_shards, without_loss_scaling
-from planner.graph.validate import check_graph
-from planner.ir.graph import Graph, Node, Tensor
-from planner.ops.collective import SHARDED_UPDATES, shard_floats
+from planner.step.collectives.sharded_scaling import with_unscaled_shards, without_loss_scaling
 
 
 def backward_start(graph: Graph) -> int:
@@ -138,7 +138,7 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
                             ranks_per_host: int = 1) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
     (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards),
-    fp16-mixed's loss scaling over them (planner.graph.sharded_scaling). UserError for a
+    fp16-mixed's loss scaling over them (planner.step.collectives.sharded_scaling). UserError for a
     gradient read by more than its update, a bucket of mixed updates, and reserved names in
     use."""
     graph, scaling = without_loss_scaling(graph)

@@ -14,9 +14,9 @@ last axis, each tensor but the last is read by the next op alone and is no graph
 every tensor is float32: the MatMul takes the bias as its third input and `activation: relu`,
 and writes the chain's last tensor, in the last op's place in the node order (where a, b and
 the bias are all computed); the other ops and the intermediate tensors go
-(planner/graph/fold_epilogue.py, the rewrite fold_conv_bias.py makes of a convolution layer).
-Applied to training graphs after autodiff: the BiasAdd's gradient (a BiasAddGrad of dy) and the
-Relu's (a ReluGrad reading the Relu's output y, which the MatMul now writes under the same
+(planner/frontend/passes/_fold_epilogue.py, the rewrite fold_conv_bias.py makes of a convolution
+layer). Applied to training graphs after autodiff: the BiasAdd's gradient (a BiasAddGrad of dy) and
+the Relu's (a ReluGrad reading the Relu's output y, which the MatMul now writes under the same
 name) are already in the graph, and read neither intermediate tensor; and to inference graphs
 as they are planned. Mixed precision's bfloat16 / float16 GEMMs are left as they are: folded,
 the bias and the Relu would act before y's one rounding instead of after it, a different (if
@@ -36,7 +36,7 @@ Example:
 
 from __future__ import annotations
 
-from planner.graph.fold_epilogue import fold_epilogues
+from planner.frontend.passes._fold_epilogue import fold_epilogues
 from planner.ir.graph import Graph
 
 

@@ -24,7 +24,7 @@ Inception-v3 at its midpoint budget laid out 93 states, now 1.
 
 Example:
     >>> from planner.costs import CostModel
-    >>> from planner.graph.autodiff import Optimizer, make_training_graph
+    >>> from planner.frontend.autodiff import Optimizer, make_training_graph
     >>> from planner.memory.budget.search import State
     >>> from planner.memory.budget.solver import lay
     >>> from planner.memory.gpu import kernel_scratch
@@ -51,9 +51,9 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.memory.arena import aligned
+from planner.memory.budget.materialize import Material, OpSpec, node_specs, recompute_specs
 from planner.memory.budget.search import State
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer
-from planner.memory.materialize import Material, OpSpec, node_specs, recompute_specs
 from planner.memory.stash import Stash
 
 

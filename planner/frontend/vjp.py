@@ -6,7 +6,7 @@
 
 What PyTorch's autograd needs of a compiled piece of a model (planner/torch/backend.py): a
 forward it calls now and a backward it calls later with the outputs' incoming gradients. Both
-come from one differentiated graph (planner.graph.autodiff.gradients: the planner's own
+come from one differentiated graph (planner.frontend.autodiff.gradients: the planner's own
 gradient rules, the same as a training graph's), cut where the backward begins: the forward
 part is every node a forward output needs, the backward part every other node, and each tensor
 the backward part reads from the forward part becomes an output of the one and an input of the
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.graph.autodiff import gradients
+from planner.frontend.autodiff import gradients
 from planner.graph.validate import check_graph
 from planner.ir.graph import Graph, Tensor
 
@@ -59,7 +59,7 @@ class VjpSplit:
 def split_vjp(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> VjpSplit:
     """`graph` (inference kind) differentiated with respect to `wrt` for the outputs `of`, cut
     into the forward and backward calls (module docstring). Raises AutodiffError (an op on the
-    path without a gradient rule) as planner.graph.autodiff.gradients does."""
+    path without a gradient rule) as planner.frontend.autodiff.gradients does."""
     joint, grads = gradients(graph, wrt=list(wrt), of=list(of))
     seeds = {y: f"grad/{y}" for y in of}
     forward_names = _needed(joint, graph.outputs)
