@@ -18,6 +18,7 @@ from planner.costs.host_costs import kept_pricing
 from planner.errors import UserError
 from planner.pipeline import priced_graphs
 from planner.target.detect import detect
+from tests.helpers.host_figures import keep_host_quiet
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -165,6 +166,9 @@ def test_a_second_process_builds_and_measures_nothing(own_store, tmp_path_factor
     import time
     from pathlib import Path
 
+    # Figures kept quiet: a busy-measured figure measured again by the second process would
+    # price its plans from other figures (tests/helpers/host_figures.py).
+    keep_host_quiet(own_store)
     scratch = tmp_path_factory.mktemp("children")  # the children's folders, to wait on them
     env = {**os.environ, "TMPDIR": str(scratch), "PLANNER_MEASURE": "background",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

@@ -17,7 +17,7 @@ from planner.cli.main import main
 from planner.cli.target import describe
 from planner.costs.host_costs import host_key, host_table, store_path
 from planner.costs.records import CostEntry, CostTable, CpuSample
-from planner.graph.autodiff import make_training_graph
+from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
 from planner.target import detect as detect_module
 from planner.target import load as load_module
