@@ -1,5 +1,5 @@
 """torch.linalg's solvers and factorizations on planner/ops/linalg.py's MatrixInverse,
-MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
+MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr and MatrixEigh:
 
     linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
                                         broadcast batches reshaped, transposed, expanded)
@@ -14,11 +14,14 @@ MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
                                         2-norms, cond, matrix_rank); U and Vh are not offered
     linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
     linalg_qr                           MatrixQr (tall or square; modes reduced and r)
+    _linalg_eigh                        MatrixEigh (eigh, eigvalsh; UPLO L or U)
 
 The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
 only when read). torch's error checks of these ops, which torch.export threads on an effect
-token, are dropped when the program is recorded (planner/importers/torch/record.py): a singular
-matrix gives inf or NaN, where torch raises.
+token, are dropped when the program is recorded (planner/importers/torch/record.py), which
+marks the call they check: its op gets attr `check`, torch's name of the op, and raises
+torch's error where a matrix does not factor (as do linalg.inv and cholesky, which torch
+checks itself).
 """
 
 from __future__ import annotations
@@ -53,11 +56,18 @@ def _mt(n: NodeCtx, x: str | Const) -> str:
     return n.emit1("Transpose", [x], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
 
 
+def _check(n: NodeCtx) -> dict[str, str]:
+    """attr `check` where torch checks the call's info (record.py's Call.checked): the op then
+    raises torch's error for a matrix that does not factor."""
+    checked = getattr(n.node, "checked", "")
+    return {"check": checked} if checked else {}
+
+
 def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
-          info: list[str] | None = None) -> str:
+          info: list[str] | None = None, check: dict[str, str] | None = None) -> str:
     """X with A X = B (left) or X A = B; B a matrix or, as torch.linalg.solve reads it, a
     vector (rank 1, or A's batch shape + [n]). `info`, when given, gets the solve's info
-    output (torch's `_ex` forms)."""
+    output (torch's `_ex` forms); `check`: _check's attrs."""
     require_floats(n, a, b)
     sa, sb = n.shape(a), n.shape(b)
     vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
@@ -65,7 +75,8 @@ def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
         b = reshape_to(n, b, (*sb, 1) if left else (*sb[:-1], 1, sb[-1]))
     a, b = _batched(n, a, b)
     outs = n.emit("MatrixSolve", [a, b if left else _mt(n, b)],
-                  {"transpose": not left, **({"info": True} if info is not None else {})},
+                  {"transpose": not left, **({"info": True} if info is not None else {}),
+                   **(check or {})},
                   n_out=1 + (info is not None))
     if info is not None:
         info.append(outs[1])
@@ -80,7 +91,7 @@ def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
 def linalg_solve(n: NodeCtx) -> Value:
     """(X, LU, pivots, info): the LU factors are not computed (an error only when read)."""
     info: list[str] = []
-    x = solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True)), info)
+    x = solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True)), info, _check(n))
     return x, UNAVAILABLE, UNAVAILABLE, info[0]
 
 
@@ -89,8 +100,8 @@ def inverse(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     if n.op == "aten.linalg_inv.default":
-        return n.emit1("MatrixInverse", [x])
-    return tuple(n.emit("MatrixInverse", [x], {"info": True}, n_out=2))
+        return n.emit1("MatrixInverse", [x], {"check": "linalg.inv"})
+    return tuple(n.emit("MatrixInverse", [x], {"info": True, **_check(n)}, n_out=2))
 
 
 @rule("aten._linalg_slogdet.default", "aten._linalg_det.default")
@@ -110,7 +121,8 @@ def cholesky(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     ex = n.op == "aten.linalg_cholesky_ex.default"
-    outs = n.emit("Cholesky", [x], {"info": True} if ex else {}, n_out=1 + ex)
+    attrs = {"info": True, **_check(n)} if ex else {"check": "linalg.cholesky"}
+    outs = n.emit("Cholesky", [x], attrs, n_out=1 + ex)
     y = _mt(n, outs[0]) if n.arg(1, "upper", False) else outs[0]
     return (y, outs[1]) if ex else y
 
@@ -315,3 +327,18 @@ def qr(n: NodeCtx) -> Value:
                           ("reduced", "r") else f"{n.op} (a wide {rows} x {cols} matrix)")
     q, r = n.emit("MatrixQr", [x], n_out=2)
     return (UNAVAILABLE if mode == "r" else q), r
+
+
+@rule("aten._linalg_eigh.default")
+def eigh(n: NodeCtx) -> Value:
+    """(L, V) of torch.linalg.eigh and eigvalsh (compute_v False: V is not offered), on
+    MatrixEigh of the triangle UPLO names. Each eigenvector is signed so that its entry of
+    largest magnitude is positive; torch's sign is LAPACK's choice, which torch documents as
+    arbitrary (a loss that reads V through V diag(f(L)) V^T, as whitening does, is the same)."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    uplo = str(n.arg(1, "UPLO", "L")).upper()
+    if uplo not in ("L", "U"):
+        raise n.fail(f"UPLO must be 'L' or 'U', got {uplo!r}")
+    values, vectors = n.emit("MatrixEigh", [x], {"upper": uplo == "U"}, n_out=2)
+    return values, vectors if n.arg(2, "compute_v", True) else UNAVAILABLE
