@@ -12,17 +12,22 @@ its own (torch.linalg's inv, solve, slogdet, cholesky, eigh and what decomposes 
                    definite; only A's lower triangle is read, as LAPACK's potrf)
     MatrixQr       [A (..., m, n), m >= n] -> Q (..., m, n), R (..., n, n): the reduced QR by
                    Householder reflections signed as LAPACK's (torch's, numpy's)
+    MatrixLuFactor [A (..., n, n)] -> LU (..., n, n), pivots (..., n) int32: getrf's partial
+                   pivoting LU, L's strict lower triangle and U packed, 1-based pivots
+    LuPermutation  [pivots (..., n) int32] -> P (..., n, n) with A = P L U. CPU only, as
+                   MatrixLuFactor
     MatrixEigh     [A (..., n, n)] -> L (..., n) ascending, V (..., n, n): eigh of A's lower
                    (attr upper: upper) triangle; each eigenvector signed so that its entry of
                    largest magnitude (the first such) is positive (torch's sign is LAPACK's
                    arbitrary choice). CPU only.
 
-MatrixInverse, MatrixSolve and Cholesky with attr `info` also give torch's `_ex` forms' info
-(int32, per matrix): 0, or LAPACK's info where the factorization failed: the 1-based index of
-LU's first zero pivot, or of Cholesky's first leading minor that is not positive definite.
-With attr `check` (torch's name of the op that raises: `linalg.cholesky`, `linalg.inv`,
-`torch.linalg.solve`) such a matrix is torch's error, word for word: an OpError here, a
-StepError naming the node in the CPU executor (the CUDA executor gives the values below).
+MatrixInverse, MatrixSolve, MatrixLuFactor and Cholesky with attr `info` also give torch's
+`_ex` forms' info (int32, per matrix): 0, or LAPACK's info where the factorization failed: the
+1-based index of LU's first zero pivot, or of Cholesky's first leading minor that is not
+positive definite. With attr `check` (torch's name of the op that raises: `linalg.cholesky`,
+`linalg.inv`, `torch.linalg.solve`, `torch.linalg.lu_factor`) such a matrix is torch's error,
+word for word: an OpError here, a StepError naming the node in the CPU executor (the CUDA
+executor gives the values below).
 
 The CPU kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp: getrf,
 getrs, getri, potrf, syevd, one matrix per thread), as torch does; the CUDA kernels, and the
@@ -41,6 +46,7 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
     MatrixSvd      dA = U (skew(U^T dU) S / E + S skew(V^T dV) / E + diag(dS)) Vh, and the
                    parts of dU, dVh outside U's, V's span (svd_backward; E_jk = S_k^2 - S_j^2)
     Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
+    MatrixLuFactor dA = P L^-T (tril(L^T dLU, -1) + triu(dLU U^T)) U^-T (linalg_lu_backward)
     MatrixEigh     dA = V (skew(V^T dV) / 2 / E + diag(dL)) V^T, E_ij = L_j - L_i
                    (linalg_eig_backward: torch's gauge, no rotation within an eigenspace)
 
@@ -112,7 +118,8 @@ def _lapack_scratch(op: str):
         n = ins[0].shape[-1]
         floats = {"MatrixSolve": n * n + n * (ins[-1].shape[-1]) + n,
                   "MatrixInverse": n * n + 2 * n, "MatrixSlogdet": n * n + n,
-                  "Cholesky": n * n, "MatrixEigh": 3 * n * n + 12 * n + 4}[op]
+                  "Cholesky": n * n, "MatrixEigh": 3 * n * n + 12 * n + 4,
+                  "MatrixLuFactor": n * n + n}[op]
         return threads * 4 * floats
     return scratch
 
@@ -171,6 +178,10 @@ def torch_linalg_error(api: str, batched: bool, failures: np.ndarray) -> str | N
         return (f"{where}: The factorization could not be completed because the input is not "
                 f"positive-definite (the leading minor of order {info} is not "
                 f"positive-definite).")
+    if "lu_factor" in api:
+        return (f"{where}: U[{info},{info}] is zero and using it on lu_solve would result in a "
+                f"division by zero. If you still want to perform the factorization, consider "
+                f"calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)")
     return f"{where}: the factorization failed (LAPACK info {info})"
 
 
@@ -434,6 +445,105 @@ register(OpDef(
     flops=lambda ins, outs, a: _batch(ins[0]) * 18 * ins[0].shape[-1] ** 3,
     doc="Eigenvalues (ascending) and eigenvectors of each symmetric matrix's lower (upper) "
         "triangle.",
+))
+
+
+# ---- MatrixLuFactor, LuPermutation -----------------------------------------------------------
+
+def _lu_factor_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("MatrixLuFactor", ins[0])
+    return [ins[0], TensorType(ins[0].shape[:-1], "int32"), *_info_type(ins[0], a)]
+
+
+def _lu_factor(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK getrf's LU (here float64's, through scipy): L's strict lower triangle and U in
+    one matrix, the 1-based pivots (row k swapped with row pivots[k], in order)."""
+    import scipy.linalg
+
+    x = _wide(xs[0])
+    failures = _lu_failures(x)
+    info = _failed(x, failures, a)
+    if x.size == 0:
+        lu, piv = x.copy(), np.zeros(x.shape[:-1], np.int64)
+    else:
+        with warnings.catch_warnings():  # a singular matrix's factors are still an answer
+            warnings.simplefilter("ignore")
+            lu, piv = scipy.linalg.lu_factor(x, check_finite=False)
+    return [lu.astype(xs[0].dtype), (np.asarray(piv) + 1).astype(np.int32), *info]
+
+
+def _lu_factor_gradient(g: GradBuilder, node: Node, grads: list[str | None]
+                        ) -> list[str | None]:
+    """derivatives.yaml's linalg_lu_backward (square A = P L U, the gradient of the packed
+    LU split into L's strict lower part and U's upper one):
+
+        dA = P L^-T (tril(L^T dLU, -1) + triu(dLU U^T)) U^-T."""
+    dlu = grads[0]
+    a = node.inputs[0]
+    if dlu is None or not g.needs(a):
+        return [None]
+    lu, pivots = node.outputs[:2]
+    n = g.type(a).shape[-1]
+    dtype = g.type(a).dtype
+
+    def emit(op: str, *ins: str, **attrs) -> str:
+        return g.emit(op, list(ins), attrs)[0]
+
+    ones = emit("Fill", shape=[n, n], value=1.0, dtype=dtype)
+    low = emit("CausalMask", ones, value=0.0)                     # tril, with the diagonal
+    strict = emit("Sub", low, emit("Mul", low, _transpose(g, low)))  # tril(., -1)
+    upper = emit("Sub", ones, strict)                              # triu
+    unit_lower = emit("Add", emit("Mul", lu, strict), emit("Sub", low, strict))
+    u = emit("Mul", lu, upper)
+    m = emit("Add", emit("Mul", _matmul(g, unit_lower, emit("Mul", dlu, strict), ta=True),
+                         strict),
+             emit("Mul", _matmul(g, emit("Mul", dlu, upper), u, tb=True), upper))
+    # M U^-T = (U^-1 M^T)^T, then L^-T of it
+    x = _transpose(g, g.emit("MatrixSolve", [u, _transpose(g, m)], {"transpose": False})[0])
+    x = g.emit("MatrixSolve", [unit_lower, x], {"transpose": True})[0]
+    p = g.emit("LuPermutation", [pivots], {"dtype": dtype})[0]
+    return [_matmul(g, p, x)]
+
+
+register(OpDef(
+    name="MatrixLuFactor", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
+    infer=_lu_factor_infer, reference=_lu_factor, gradient=_lu_factor_gradient,
+    flops=lambda ins, outs, a: _batch(ins[0]) * 2 * ins[0].shape[-1] ** 3 // 3,
+    scratch=_lapack_scratch("MatrixLuFactor"),
+    doc="LU with partial pivoting of each square matrix: L and U packed, LAPACK's pivots.",
+))
+
+
+def _permutation_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    p = ins[0]
+    if p.dtype != "int32" or p.rank < 1:
+        raise OpError(f"LuPermutation: pivots must be int32 (..., n), got {p.dtype} "
+                      f"{list(p.shape)}")
+    return [TensorType((*p.shape, p.shape[-1]), a["dtype"])]
+
+
+def _permutation(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """P with A = P L U from 1-based pivots: the swaps (k, pivots[k] - 1) applied in order to
+    the rows of I, transposed."""
+    piv = np.asarray(xs[0], np.int64)
+    n = piv.shape[-1]
+    out = np.zeros((*piv.shape, n))
+    for idx in np.ndindex(piv.shape[:-1]):
+        order = np.arange(n)
+        for k, p in enumerate(piv[idx]):
+            if not 1 <= p <= n:
+                raise OpError(f"LuPermutation: pivot {int(p)} out of range [1, {n}]")
+            order[[k, p - 1]] = order[[p - 1, k]]
+        out[idx] = np.eye(n)[order].T
+    return [out.astype(a["dtype"])]
+
+
+register(OpDef(
+    name="LuPermutation", arity=1, cost_class="elementwise", attrs={"dtype": Attr("str",
+                                                                                 "float32")},
+    infer=_permutation_infer, reference=_permutation, nondiff_inputs=(0,),
+    flops=lambda ins, outs, a: 0,
+    doc="The permutation matrix P of A = P L U from LAPACK's 1-based pivots.",
 ))
 
 

@@ -1,9 +1,10 @@
-"""torch.linalg's solve, cholesky, inv, slogdet and eigh on the CPU executor, whose kernels call
-LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp): forward and gradients against
-torch in float32 and float64 (within 10x torch's own float32 error plus 16 ulps: both factor in
-float32, each with an error that grows with the matrix's condition number, which these cases
-keep below about 100), torch's error at step time for a matrix that does not factor, and a
-layer solving a small SPD system trained through planner.torch.trainer as PyTorch trains it."""
+"""torch.linalg's solve, cholesky, inv, slogdet, eigh, lu_factor, lu_solve and lu on the CPU
+executor, whose kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp):
+forward and gradients against torch in float32 and float64 (within 10x torch's own float32
+error plus 16 ulps: both factor in float32, each with an error that grows with the matrix's
+condition number, which these cases keep below about 100), torch's error at step time for a
+matrix that does not factor, and a layer solving a small SPD system trained through
+planner.torch.trainer as PyTorch trains it."""
 
 from __future__ import annotations
 
@@ -33,9 +34,12 @@ class Factorizations(torch.nn.Module):
         spd = self.a @ self.a.mT + torch.eye(4)
         w, v = torch.linalg.eigh(spd)
         sign, logabs = torch.linalg.slogdet(self.a)
+        lu, pivots = torch.linalg.lu_factor(self.a)
+        p, low, up = torch.linalg.lu(self.a)
         return (torch.linalg.solve(self.a, self.b), torch.linalg.cholesky(spd),
                 torch.linalg.inv(self.a), sign * logabs, w, (v * w.sqrt().unsqueeze(-2)) @ v.mT,
-                torch.linalg.solve(self.a.mT, self.b))
+                torch.linalg.solve(self.a.mT, self.b), lu,
+                torch.linalg.lu_solve(lu, pivots, self.b), p @ low, up)
 
 
 def _eager(module, cotangents, dtype):

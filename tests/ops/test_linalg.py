@@ -159,12 +159,15 @@ def test_info_is_torchs():
     ("linalg.inv", lambda: np.zeros((3, 3)), torch.linalg.inv),
     ("torch.linalg.solve", lambda: np.stack([np.eye(3), np.zeros((3, 3))]),
      lambda a: torch.linalg.solve(a, torch.ones(a.shape[:-1], dtype=a.dtype))),
+    ("torch.linalg.lu_factor", lambda: np.stack([np.eye(3), np.diag([1.0, 0.0, 1.0])]),
+     torch.linalg.lu_factor),
 ])
 def test_check_raises_torchs_error(api, make, fn):
     """With attr `check` (torch's name of the op that raises), a matrix that does not factor is
     torch's error, word for word (the CPU executor raises the same at step time)."""
     a = make()
-    op = {"linalg.cholesky": "Cholesky", "linalg.inv": "MatrixInverse"}.get(api, "MatrixSolve")
+    op = {"linalg.cholesky": "Cholesky", "linalg.inv": "MatrixInverse",
+          "torch.linalg.lu_factor": "MatrixLuFactor"}.get(api, "MatrixSolve")
     inputs = [a, np.ones((*a.shape[:-1], 1))] if op == "MatrixSolve" else [a]
     with pytest.raises(Exception) as want:
         fn(torch.tensor(a))
@@ -225,3 +228,26 @@ def test_eigh_gradient_is_torchs(of):
 
         numeric = (loss(a + h * e) - loss(a - h * e)) / (2 * h)
         np.testing.assert_allclose(float((grads[0] * e).sum()), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_lu_factor_and_its_permutation_are_torchs():
+    """LU and the 1-based pivots of torch.linalg.lu_factor; P of torch.lu_unpack; the info of
+    a singular matrix, torch's."""
+    a = normal((2, 4, 4))
+    a[1, :, 1] = 0.0  # singular: a zero column, exactly zero after each elimination step
+    lu, pivots, info = checked_reference("MatrixLuFactor", [a], info=True)
+    want = torch.linalg.lu_factor_ex(torch.tensor(a))
+    np.testing.assert_allclose(lu, want.LU.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(pivots, want.pivots.numpy())
+    np.testing.assert_array_equal(info, want.info.numpy())
+    (p,) = checked_reference("LuPermutation", [pivots], dtype="float64")
+    np.testing.assert_array_equal(p, torch.lu_unpack(want.LU, want.pivots)[0].numpy())
+
+
+def test_lu_factor_gradient_is_torchs():
+    """Against torch autograd through lu_factor's LU in float64, and central differences (the
+    pivots are constant near a matrix without ties)."""
+    a = normal((2, 4, 4), 5)
+    grads, dys = check_gradient("MatrixLuFactor", [a], of=[0], tol=1e-5)
+    (want,) = torch_gradients(lambda t: torch.linalg.lu_factor(t).LU, [a], dys, [0])
+    np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)

@@ -8,20 +8,22 @@ MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr and MatrixEigh:
     cholesky_solve, cholesky_inverse    MatrixSolve, MatrixInverse of L L^T (U^T U)
     linalg_solve_triangular,            MatrixSolve of A's triangle (a Where with constant
     triangular_solve                    masks, so that A's gradient stays in that triangle)
-    lu_unpack, linalg_lu_solve          with pivots known at import: P a constant, L and U
-                                        A's triangles, X two triangular solves and a GEMM by P
+    linalg_lu_factor_ex, linalg_lu      MatrixLuFactor (square, pivot=True); P: LuPermutation
+    lu_unpack, linalg_lu_solve          P a constant where the pivots are known at import, else
+                                        LuPermutation; L and U LU's triangles, X two triangular
+                                        solves and a GEMM by P
     _linalg_svd                         MatrixSvd's singular values (svdvals, the nuclear and
                                         2-norms, cond, matrix_rank); U and Vh are not offered
     linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
     linalg_qr                           MatrixQr (tall or square; modes reduced and r)
     _linalg_eigh                        MatrixEigh (eigh, eigvalsh; UPLO L or U)
 
-The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
-only when read). torch's error checks of these ops, which torch.export threads on an effect
-token, are dropped when the program is recorded (planner/importers/torch/record.py), which
-marks the call they check: its op gets attr `check`, torch's name of the op, and raises
-torch's error where a matrix does not factor (as do linalg.inv and cholesky, which torch
-checks itself).
+The `_ex` forms' info is the ops' own (attr info); _linalg_solve_ex's LU and pivots are not
+computed (an error only when read). torch's error checks of these ops, which torch.export
+threads on an effect token, are dropped when the program is recorded
+(planner/importers/torch/record.py), which marks the call they check: its op gets attr `check`,
+torch's name of the op, and raises torch's error where a matrix does not factor (as do
+linalg.inv and cholesky, which torch checks itself).
 """
 
 from __future__ import annotations
@@ -173,13 +175,50 @@ def triangular_solve(n: NodeCtx) -> Value:
     return solve(n, tri, b), a
 
 
-# ---- LU factors with known pivots ------------------------------------------------------------
+# ---- LU ----------------------------------------------------------------------------------------
 
-def _permutations(n: NodeCtx, pivots: str | Const, rows: int) -> np.ndarray:
+def _lu(n: NodeCtx, x: str | Const, ex: bool) -> list[str]:
+    """LU and pivots (and info, `ex`) of torch's partial-pivoting LU of square matrices."""
+    require_floats(n, x)
+    rows, cols = n.shape(x)[-2:]
+    if rows != cols:
+        raise Unsupported(f"{n.op} (a {rows} x {cols} matrix: LU of square ones)")
+    if not n.kwargs.get("pivot", n.arg(1, "pivot", True)):
+        raise Unsupported(f"{n.op} (pivot=False)")
+    return n.emit("MatrixLuFactor", [x], {"info": True, **_check(n)} if ex else {},
+                  n_out=3 if ex else 2)
+
+
+@rule("aten.linalg_lu_factor_ex.default")
+def lu_factor(n: NodeCtx) -> Value:
+    """(LU, pivots, info) of torch.linalg.lu_factor(_ex) and torch.lu."""
+    return tuple(_lu(n, n.tensor(0), True))
+
+
+@rule("aten.linalg_lu.default")
+def lu(n: NodeCtx) -> Value:
+    """(P, L, U) of torch.linalg.lu: the factors unpacked (as lu_unpack) from MatrixLuFactor."""
+    x = n.tensor(0)
+    packed, pivots = _lu(n, x, False)
+    low, up = _factors(n, packed)
+    return _permutation(n, pivots, n.shape(x)[-1], n.dtype(x)), low, up
+
+
+# ---- LU factors and solves -------------------------------------------------------------------
+
+def _permutation(n: NodeCtx, pivots: str | Const, rows: int, dtype: str) -> str | Const:
     """P of A = P L U from LAPACK's 1-based pivots (row k swapped with row pivots[k] - 1, in
-    order), per batch: pivots known at import (a buffer, a constant), else refused."""
-    if not isinstance(pivots, Const):
-        raise Unsupported(f"{n.op} (pivots computed in the step)")
+    order): a constant where the pivots are known at import (a buffer), else LuPermutation of
+    the pivots the step computes (int32, lu_factor's)."""
+    if isinstance(pivots, Const):
+        return n.const(_permutations(n, pivots, rows), dtype)
+    if n.dtype(pivots) != "int32":
+        pivots = n.emit1("Cast", [pivots], {"to": "int32"})
+    return n.emit1("LuPermutation", [pivots], {"dtype": dtype})
+
+
+def _permutations(n: NodeCtx, pivots: Const, rows: int) -> np.ndarray:
+    """_permutation's constant P, per batch."""
     piv = np.asarray(pivots.value(), dtype=np.int64)
     out = np.empty((*piv.shape[:-1], rows, rows))
     for idx in np.ndindex(piv.shape[:-1]):
@@ -214,7 +253,7 @@ def lu_unpack(n: NodeCtx) -> Value:
     if not (n.arg(2, "unpack_data", True) and n.arg(3, "unpack_pivots", True)):
         raise Unsupported(f"{n.op} (unpack_data or unpack_pivots False)")
     low, up = _factors(n, lu)
-    return n.const(_permutations(n, pivots, n.shape(lu)[-2]), n.dtype(lu)), low, up
+    return _permutation(n, pivots, n.shape(lu)[-2], n.dtype(lu)), low, up
 
 
 @rule("aten.linalg_lu_solve.default")
@@ -227,7 +266,7 @@ def lu_solve(n: NodeCtx) -> Value:
     left, adjoint = bool(n.kwargs.get("left", True)), bool(n.kwargs.get("adjoint", False))
     if n.shape(lu)[-1] != n.shape(lu)[-2]:
         raise n.fail(f"LU of shape {list(n.shape(lu))} is not square")
-    p = n.const(_permutations(n, pivots, n.shape(lu)[-1]), n.dtype(lu))
+    p = _permutation(n, pivots, n.shape(lu)[-1], n.dtype(lu))
     low, up = _factors(n, lu)
     # X A = B is A^T X^T = B^T: a left solve of B^T with the adjoint flipped
     rhs, transpose = (b, adjoint) if left else (_mt(n, b), not adjoint)

@@ -1,6 +1,7 @@
-// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky and MatrixEigh (planner/ops/linalg.py)
-// through LAPACK in float32 (../lapack.h): the matrices of the batch split between threads, each
-// copied into its thread's part of the scratch and factored there by one LAPACK call.
+// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky, MatrixEigh and MatrixLuFactor
+// (planner/ops/linalg.py) through LAPACK in float32 (../lapack.h): the matrices of the batch
+// split between threads, each copied into its thread's part of the scratch and factored there
+// by one LAPACK call. (And LuPermutation, which reads LAPACK's pivots.)
 //
 // The tensors are row-major, LAPACK column-major: the LU ops copy A transposed, so that LAPACK
 // factors A itself, as torch does (the same pivots, the same info for a singular matrix);
@@ -27,7 +28,7 @@
 namespace planner {
 namespace {
 
-enum class LapackOp { kInverse, kSolve, kSlogdet, kCholesky, kEigh };
+enum class LapackOp { kInverse, kSolve, kSlogdet, kCholesky, kEigh, kLuFactor };
 
 // Floats of one matrix's workspace (an int32 pivot or iwork entry counts as one): the matrix,
 // then a solve's right-hand sides, the pivots and what the routine asks for. ops/linalg.py's
@@ -36,7 +37,8 @@ int64_t lapack_floats(LapackOp op, int64_t n, int64_t k) {
   switch (op) {
     case LapackOp::kSolve: return n * n + n * k + n;
     case LapackOp::kInverse: return n * n + 2 * n;
-    case LapackOp::kSlogdet: return n * n + n;
+    case LapackOp::kSlogdet:
+    case LapackOp::kLuFactor: return n * n + n;
     case LapackOp::kCholesky: return n * n;
     case LapackOp::kEigh: return 3 * n * n + 12 * n + 4;  // ssyevd: lwork, liwork for jobz V
   }
@@ -58,6 +60,10 @@ std::string torch_linalg_error(const std::string& api, int64_t batch_element, in
     return where + ": The factorization could not be completed because the input is not "
                    "positive-definite (the leading minor of order " + k +
            " is not positive-definite).";
+  if (api.find("lu_factor") != std::string::npos)
+    return where + ": U[" + k + "," + k + "] is zero and using it on lu_solve would result in "
+                   "a division by zero. If you still want to perform the factorization, "
+                   "consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)";
   return where + ": the factorization failed (LAPACK info " + k + ")";
 }
 
@@ -78,7 +84,9 @@ class LapackMatrices : public Kernel {
     b_ = op == LapackOp::kSolve ? n.in[1].id : -1;
     y_ = n.out[0].id;
     y2_ = op == LapackOp::kSlogdet || op == LapackOp::kEigh ? n.out[1].id : -1;
-    info_ = y2_ < 0 && n.out.size() > 1 ? n.out[1].id : -1;
+    pivots_ = op == LapackOp::kLuFactor ? n.out[1].id : -1;
+    const size_t info_at = op == LapackOp::kLuFactor ? 2 : 1;
+    info_ = y2_ < 0 && n.out.size() > info_at ? n.out[info_at].id : -1;
     if (size_ > std::numeric_limits<int>::max() / std::max<int64_t>(size_, 1) / 4)
       throw std::runtime_error("matrices of " + std::to_string(size_) +
                                " rows are too large for LAPACK's 32-bit sizes");
@@ -97,13 +105,14 @@ class LapackMatrices : public Kernel {
     const float* b = b_ >= 0 ? r.at<float>(b_) : nullptr;
     float* y = r.at<float>(y_);
     float* y2 = y2_ >= 0 ? r.at<float>(y2_) : nullptr;
+    int32_t* pivots = pivots_ >= 0 ? r.at<int32_t>(pivots_) : nullptr;
     float* work = reinterpret_cast<float*>(r.scratch);
     const int64_t per = lapack_floats(op_, size_, columns_), batch = batch_, n = size_;
     const int threads = std::max(1, std::min(r.threads, threads_));  // the scratch's parts
     int* failed = failed_.data();
 #pragma omp parallel for num_threads(threads) if(batch > 1 && batch * n * n * n >= kGrain)
     for (int64_t m = 0; m < batch; ++m)
-      failed[m] = one(m, a, b, y, y2, work + omp_get_thread_num() * per);
+      failed[m] = one(m, a, b, y, y2, pivots, work + omp_get_thread_num() * per);
     if (info_ >= 0) std::copy(failed_.begin(), failed_.end(), r.at<int32_t>(info_));
     if (check_.empty()) return;
     for (int64_t m = 0; m < batch; ++m)
@@ -112,7 +121,8 @@ class LapackMatrices : public Kernel {
 
  private:
   // Matrix m: its outputs written, LAPACK's info returned.
-  int one(int64_t m, const float* a, const float* b, float* y, float* y2, float* w) const {
+  int one(int64_t m, const float* a, const float* b, float* y, float* y2, int32_t* pivots,
+          float* w) const {
     const int n = static_cast<int>(size_);
     a += m * size_ * size_;
     if (op_ == LapackOp::kCholesky || op_ == LapackOp::kEigh) {
@@ -127,6 +137,7 @@ class LapackMatrices : public Kernel {
       case LapackOp::kSlogdet: return slogdet(m, y, y2, w);
       case LapackOp::kCholesky: return cholesky(m, y, w);
       case LapackOp::kEigh: return eigh(m, y, y2, w);
+      case LapackOp::kLuFactor: return lu_factor(m, y, pivots, w);
     }
     return n;
   }
@@ -189,6 +200,22 @@ class LapackMatrices : public Kernel {
     return 0;  // slogdet of a singular matrix is no failure
   }
 
+  // torch.linalg.lu_factor: L's strict lower triangle and U packed, the 1-based pivots; a
+  // singular matrix's factors are written too (torch's lu_factor_ex gives them)
+  int lu_factor(int64_t m, float* y, int32_t* pivots, float* w) const {
+    const int n = static_cast<int>(size_);
+    int* piv = reinterpret_cast<int*>(w + size_ * size_);
+    int info = 0;
+    if (n > 0) PLANNER_LAPACK(sgetrf)(&n, &n, w, &n, piv, &info);
+    y += m * size_ * size_;
+    pivots += m * size_;
+    for (int64_t i = 0; i < size_; ++i) {
+      pivots[i] = piv[i];
+      for (int64_t j = 0; j < size_; ++j) y[i * size_ + j] = w[i + j * size_];
+    }
+    return info;
+  }
+
   int cholesky(int64_t m, float* y, float* w) const {
     const int n = static_cast<int>(size_);
     int info = 0;
@@ -239,7 +266,7 @@ class LapackMatrices : public Kernel {
   int64_t size_ = 0, batch_ = 1, columns_ = 0;
   bool batched_ = false, transpose_ = false, upper_ = false;
   std::string check_;
-  int a_, b_, y_, y2_, info_;
+  int a_, b_, y_, y2_, pivots_, info_;
   std::vector<int> failed_;  // per matrix, LAPACK's info of the last step
 };
 
@@ -252,6 +279,43 @@ KernelPtr lapack_solve(const Node& n) { return lapack_kernel(n, LapackOp::kSolve
 KernelPtr lapack_slogdet(const Node& n) { return lapack_kernel(n, LapackOp::kSlogdet); }
 KernelPtr lapack_cholesky(const Node& n) { return lapack_kernel(n, LapackOp::kCholesky); }
 KernelPtr lapack_eigh(const Node& n) { return lapack_kernel(n, LapackOp::kEigh); }
+KernelPtr lapack_lu_factor(const Node& n) { return lapack_kernel(n, LapackOp::kLuFactor); }
+
+// LuPermutation: P of A = P L U from the 1-based pivots (row k swapped with row pivots[k] - 1,
+// in order): P[order[j]][j] = 1 for the rows' order after the swaps. A pivot out of range is a
+// StepError (pivots fed from outside the step).
+class LuPermutationKernel : public Kernel {
+ public:
+  explicit LuPermutationKernel(const Node& n)
+      : piv_(n.in[0].id), p_(n.out[0].id), size_(n.in[0].shape.back()) {
+    if (n.in[0].dtype != I32 || n.out[0].dtype != F32)
+      throw std::runtime_error("LuPermutation: int32 pivots to a float32 matrix");
+    batch_ = size_ > 0 ? n.in[0].size() / size_ : 0;
+    order_.resize(static_cast<size_t>(size_));
+  }
+  void run(const Run& r) override {
+    const int32_t* piv = r.at<int32_t>(piv_);
+    float* p = r.at<float>(p_);
+    std::fill(p, p + batch_ * size_ * size_, 0.0f);
+    for (int64_t m = 0; m < batch_; ++m, piv += size_, p += size_ * size_) {
+      for (int64_t i = 0; i < size_; ++i) order_[i] = i;
+      for (int64_t k = 0; k < size_; ++k) {
+        if (piv[k] < 1 || piv[k] > size_)
+          throw StepError("pivot " + std::to_string(piv[k]) + " out of range [1, " +
+                          std::to_string(size_) + "]");
+        std::swap(order_[k], order_[piv[k] - 1]);
+      }
+      for (int64_t j = 0; j < size_; ++j) p[order_[j] * size_ + j] = 1.0f;
+    }
+  }
+
+ private:
+  int piv_, p_;
+  int64_t size_, batch_ = 0;
+  std::vector<int64_t> order_;
+};
+
+KernelPtr lu_permutation(const Node& n) { return std::make_unique<LuPermutationKernel>(n); }
 
 }  // namespace
 
@@ -262,6 +326,8 @@ PLANNER_REGISTER_KERNELS(lapack) {
   r["MatrixSlogdet"] = lapack_slogdet;
   r["Cholesky"] = {lapack_cholesky, "float32|float32,int32"};
   r["MatrixEigh"] = lapack_eigh;
+  r["MatrixLuFactor"] = {lapack_lu_factor, "float32|float32,int32"};
+  r["LuPermutation"] = {lu_permutation, "int32,float32"};
 }
 
 }  // namespace planner
