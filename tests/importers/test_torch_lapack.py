@@ -3,8 +3,8 @@ executor, whose kernels call LAPACK in float32 (templates/cpu/runtime/kernels/la
 forward and gradients against torch in float32 and float64 (within 10x torch's own float32
 error plus 16 ulps: both factor in float32, each with an error that grows with the matrix's
 condition number, which these cases keep below about 100), torch's error at step time for a
-matrix that does not factor, and a layer solving a small SPD system trained through
-planner.torch.trainer as PyTorch trains it."""
+matrix that does not factor, and layers solving a small SPD system and a flow's LU-factored
+linear map trained through planner.torch.trainer as PyTorch trains them."""
 
 from __future__ import annotations
 
@@ -96,11 +96,28 @@ def _train_eager(model, batches, dtype, lr):
                                         for k, v in model.state_dict().items()})
 
 
-def test_spd_solve_layer_trains_as_pytorch(tmp_path):
+class LuFlow(torch.nn.Module):
+    """A normalising-flow step of an invertible linear map W: z = W^-1 x by W's LU factors
+    (lu_factor, lu_solve), log|det W| from U's diagonal, as a flow's likelihood reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 6) / 3 + torch.eye(6))
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        lu, pivots = torch.linalg.lu_factor(self.w)
+        z = torch.linalg.lu_solve(lu, pivots, x.T).T
+        logdet = torch.log(torch.diagonal(lu).abs()).sum()
+        return self.head(z) - 0.01 * logdet
+
+
+@pytest.mark.parametrize("model", [Whitened, LuFlow])
+def test_linear_algebra_layers_train_as_pytorch(model, tmp_path):
     from planner.torch import trainer
 
     torch.manual_seed(0)
-    model = Whitened()
+    model = model()
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g))
                for _ in range(4)]
@@ -113,7 +130,8 @@ def test_spd_solve_layer_trains_as_pytorch(tmp_path):
     f32 = _train_eager(model, batches, torch.float32, lr)
     f64 = _train_eager(model, batches, torch.float64, lr)
     assert not mismatches(ours, f32, f64, set(f64.state))
-    assert not np.allclose(ours.state["low"], model.low.detach().numpy())  # it trained
+    square = "low" if isinstance(model, Whitened) else "w"
+    assert not np.allclose(ours.state[square], model.state_dict()[square].numpy())  # it trained
 
 
 class Factor(torch.nn.Module):
