@@ -12,10 +12,10 @@ its own (torch.linalg's inv, solve, slogdet, cholesky, eigh and what decomposes 
                    definite; only A's lower triangle is read, as LAPACK's potrf)
     MatrixQr       [A (..., m, n), m >= n] -> Q (..., m, n), R (..., n, n): the reduced QR by
                    Householder reflections signed as LAPACK's (torch's, numpy's)
-    MatrixLuFactor [A (..., n, n)] -> LU (..., n, n), pivots (..., n) int32: getrf's partial
-                   pivoting LU, L's strict lower triangle and U packed, 1-based pivots
-    LuPermutation  [pivots (..., n) int32] -> P (..., n, n) with A = P L U. CPU only, as
-                   MatrixLuFactor
+    MatrixLuFactor [A (..., m, n)] -> LU (..., m, n), pivots (..., k) int32, k = min(m, n):
+                   getrf's partial pivoting LU, L's strict lower part and U packed, 1-based
+    LuPermutation  [pivots (..., k) int32] -> P (..., m, m) with A = P L U (attr rows: m).
+                   CPU only, as MatrixLuFactor
     MatrixEigh     [A (..., n, n)] -> L (..., n) ascending, V (..., n, n): eigh of A's lower
                    (attr upper: upper) triangle; each eigenvector signed so that its entry of
                    largest magnitude (the first such) is positive (torch's sign is LAPACK's
@@ -46,7 +46,9 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
     MatrixSvd      dA = U (skew(U^T dU) S / E + S skew(V^T dV) / E + diag(dS)) Vh, and the
                    parts of dU, dVh outside U's, V's span (svd_backward; E_jk = S_k^2 - S_j^2)
     Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
-    MatrixLuFactor dA = P L^-T (tril(L^T dLU, -1) + triu(dLU U^T)) U^-T (linalg_lu_backward)
+    MatrixLuFactor linalg_lu_backward: m <= n, dA = P L^-T [tril(L^T dL - triu(dU) U^T, -1)
+                   U1^-T + triu(dU1), dU2]; m > n, dA = P [L1^-T triu(dU U^T - L^T tril(dL,
+                   -1)) + tril(dL1, -1); dL2] U^-T (dL, dU: dLU's first k columns, rows)
     MatrixEigh     dA = V (skew(V^T dV) / 2 / E + diag(dL)) V^T, E_ij = L_j - L_i
                    (linalg_eig_backward: torch's gauge, no rotation within an eigenspace)
 
@@ -119,7 +121,7 @@ def _lapack_scratch(op: str):
         floats = {"MatrixSolve": n * n + n * (ins[-1].shape[-1]) + n,
                   "MatrixInverse": n * n + 2 * n, "MatrixSlogdet": n * n + n,
                   "Cholesky": n * n, "MatrixEigh": 3 * n * n + 12 * n + 4,
-                  "MatrixLuFactor": n * n + n}[op]
+                  "MatrixLuFactor": ins[0].shape[-2] * n + min(ins[0].shape[-2:])}[op]
         return threads * 4 * floats
     return scratch
 
@@ -451,8 +453,13 @@ register(OpDef(
 # ---- MatrixLuFactor, LuPermutation -----------------------------------------------------------
 
 def _lu_factor_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
-    _square("MatrixLuFactor", ins[0])
-    return [ins[0], TensorType(ins[0].shape[:-1], "int32"), *_info_type(ins[0], a)]
+    x = ins[0]
+    require_float("MatrixLuFactor", x, "A")
+    if x.rank < 2:
+        raise OpError(f"MatrixLuFactor: A must be matrices (..., m, n), got shape "
+                      f"{list(x.shape)}")
+    k = min(x.shape[-2:])
+    return [x, TensorType((*x.shape[:-2], k), "int32"), *_info_type(x, a)]
 
 
 def _lu_factor(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
@@ -472,36 +479,82 @@ def _lu_factor(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [lu.astype(xs[0].dtype), (np.asarray(piv) + 1).astype(np.int32), *info]
 
 
+def _cut(g: GradBuilder, x: str, rows: tuple[int, int], cols: tuple[int, int]) -> str:
+    """x[..., rows[0]:rows[1], cols[0]:cols[1]] (no Slice for a whole axis)."""
+    for axis, (lo, hi), size in ((-2, rows, g.type(x).shape[-2]),
+                                 (-1, cols, g.type(x).shape[-1])):
+        if (lo, hi) != (0, size):
+            x = g.emit("Slice", [x], {"starts": [lo], "ends": [hi], "axes": [axis]})[0]
+    return x
+
+
+def _lu_masks(g: GradBuilder, r: int, c: int, dtype: str) -> tuple[str, str]:
+    """(strict lower, upper with the diagonal) masks of r x c matrices (CausalMask keeps a
+    lower triangle with its diagonal: of the transposed shape, transposed, the upper one)."""
+    def ones(shape: list[int]) -> str:
+        return g.emit("Fill", [], {"shape": shape, "value": 1.0, "dtype": dtype})[0]
+
+    upper = g.emit("Transpose", [g.emit("CausalMask", [ones([c, r])], {"value": 0.0})[0]],
+                   {"perm": [1, 0]})[0]
+    return g.emit("Sub", [ones([r, c]), upper])[0], upper
+
+
+def _lu_wide(g: GradBuilder, low: str, u: str, dl: str, du: str, dtype: str) -> str:
+    """m <= n: L^-T [tril(L^T dL - triu(dU) U^T, -1) U1^-T + triu(dU1), dU2]."""
+    k, n = g.type(u).shape[-2:]
+    du_upper = g.emit("Mul", [du, _lu_masks(g, k, n, dtype)[1]])[0]
+    x = g.emit("Sub", [_matmul(g, low, dl, ta=True), _matmul(g, du_upper, u, tb=True)])[0]
+    x = g.emit("Mul", [x, _lu_masks(g, k, k, dtype)[0]])[0]
+    u1 = _cut(g, u, (0, k), (0, k))
+    x = _transpose(g, g.emit("MatrixSolve", [u1, _transpose(g, x)])[0])  # x U1^-T
+    x = g.emit("Add", [x, _cut(g, du_upper, (0, k), (0, k))])[0]
+    if n > k:
+        x = g.emit("Concat", [x, _cut(g, du, (0, k), (k, n))], {"axis": -1})[0]
+    return g.emit("MatrixSolve", [low, x], {"transpose": True})[0]
+
+
+def _lu_tall(g: GradBuilder, low: str, u: str, dl: str, du: str, strict: str,
+             dtype: str) -> str:
+    """m > n: [L1^-T triu(dU U^T - L^T tril(dL, -1)) + tril(dL1, -1); dL2] U^-T."""
+    m, k = g.type(low).shape[-2:]
+    dl_strict = g.emit("Mul", [dl, strict])[0]
+    x = g.emit("Sub", [_matmul(g, du, u, tb=True), _matmul(g, low, dl_strict, ta=True)])[0]
+    x = g.emit("Mul", [x, _lu_masks(g, k, k, dtype)[1]])[0]
+    x = g.emit("MatrixSolve", [_cut(g, low, (0, k), (0, k)), x], {"transpose": True})[0]
+    x = g.emit("Concat", [g.emit("Add", [x, _cut(g, dl_strict, (0, k), (0, k))])[0],
+                          _cut(g, dl, (k, m), (0, k))], {"axis": -2})[0]
+    return _transpose(g, g.emit("MatrixSolve", [u, _transpose(g, x)])[0])  # x U^-T
+
+
 def _lu_factor_gradient(g: GradBuilder, node: Node, grads: list[str | None]
                         ) -> list[str | None]:
-    """derivatives.yaml's linalg_lu_backward (square A = P L U, the gradient of the packed
-    LU split into L's strict lower part and U's upper one):
+    """derivatives.yaml's linalg_lu_backward of lu_factor (A = P L U, L m x k unit lower,
+    U k x n upper; dL, dU the packed gradient's first k columns and rows): for m <= n (U =
+    [U1 U2], U1 k x k)
 
-        dA = P L^-T (tril(L^T dLU, -1) + triu(dLU U^T)) U^-T."""
+        dA = P L^-T [tril(L^T dL - triu(dU) U^T, -1) U1^-T + triu(dU1), dU2],
+
+    for m > n (L = [L1; L2], L1 k x k)
+
+        dA = P [L1^-T triu(dU U^T - L^T tril(dL, -1)) + tril(dL1, -1); dL2] U^-T."""
     dlu = grads[0]
     a = node.inputs[0]
     if dlu is None or not g.needs(a):
         return [None]
     lu, pivots = node.outputs[:2]
-    n = g.type(a).shape[-1]
+    m, n = g.type(a).shape[-2:]
+    k = min(m, n)
     dtype = g.type(a).dtype
-
-    def emit(op: str, *ins: str, **attrs) -> str:
-        return g.emit(op, list(ins), attrs)[0]
-
-    ones = emit("Fill", shape=[n, n], value=1.0, dtype=dtype)
-    low = emit("CausalMask", ones, value=0.0)                     # tril, with the diagonal
-    strict = emit("Sub", low, emit("Mul", low, _transpose(g, low)))  # tril(., -1)
-    upper = emit("Sub", ones, strict)                              # triu
-    unit_lower = emit("Add", emit("Mul", lu, strict), emit("Sub", low, strict))
-    u = emit("Mul", lu, upper)
-    m = emit("Add", emit("Mul", _matmul(g, unit_lower, emit("Mul", dlu, strict), ta=True),
-                         strict),
-             emit("Mul", _matmul(g, emit("Mul", dlu, upper), u, tb=True), upper))
-    # M U^-T = (U^-1 M^T)^T, then L^-T of it
-    x = _transpose(g, g.emit("MatrixSolve", [u, _transpose(g, m)], {"transpose": False})[0])
-    x = g.emit("MatrixSolve", [unit_lower, x], {"transpose": True})[0]
-    p = g.emit("LuPermutation", [pivots], {"dtype": dtype})[0]
+    strict, _ = _lu_masks(g, m, k, dtype)
+    ones = g.emit("Fill", [], {"shape": [m, k], "value": 1.0, "dtype": dtype})[0]
+    diagonal = g.emit("Sub", [g.emit("CausalMask", [ones], {"value": 0.0})[0], strict])[0]
+    low = g.emit("Add", [g.emit("Mul", [_cut(g, lu, (0, m), (0, k)), strict])[0],
+                         diagonal])[0]
+    u = g.emit("Mul", [_cut(g, lu, (0, k), (0, n)), _lu_masks(g, k, n, dtype)[1]])[0]
+    dl, du = _cut(g, dlu, (0, m), (0, k)), _cut(g, dlu, (0, k), (0, n))
+    x = _lu_wide(g, low, u, dl, du, dtype) if m <= n else \
+        _lu_tall(g, low, u, dl, du, strict, dtype)
+    p = g.emit("LuPermutation", [pivots], {"dtype": dtype, "rows": m})[0]
     return [_matmul(g, p, x)]
 
 
@@ -510,7 +563,7 @@ register(OpDef(
     infer=_lu_factor_infer, reference=_lu_factor, gradient=_lu_factor_gradient,
     flops=lambda ins, outs, a: _batch(ins[0]) * 2 * ins[0].shape[-1] ** 3 // 3,
     scratch=_lapack_scratch("MatrixLuFactor"),
-    doc="LU with partial pivoting of each square matrix: L and U packed, LAPACK's pivots.",
+    doc="LU with partial pivoting of each matrix: L and U packed, LAPACK's pivots.",
 ))
 
 
@@ -519,15 +572,18 @@ def _permutation_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
     if p.dtype != "int32" or p.rank < 1:
         raise OpError(f"LuPermutation: pivots must be int32 (..., n), got {p.dtype} "
                       f"{list(p.shape)}")
-    return [TensorType((*p.shape, p.shape[-1]), a["dtype"])]
+    rows = a.get("rows") or p.shape[-1]
+    if rows < p.shape[-1]:
+        raise OpError(f"LuPermutation: rows {rows} fewer than the {p.shape[-1]} pivots")
+    return [TensorType((*p.shape[:-1], rows, rows), a["dtype"])]
 
 
 def _permutation(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    """P with A = P L U from 1-based pivots: the swaps (k, pivots[k] - 1) applied in order to
-    the rows of I, transposed."""
+    """P (rows x rows, attr rows: A's, default the pivots' count) with A = P L U from 1-based
+    pivots: the swaps (k, pivots[k] - 1) applied in order to the rows of I, transposed."""
     piv = np.asarray(xs[0], np.int64)
-    n = piv.shape[-1]
-    out = np.zeros((*piv.shape, n))
+    n = a.get("rows") or piv.shape[-1]
+    out = np.zeros((*piv.shape[:-1], n, n))
     for idx in np.ndindex(piv.shape[:-1]):
         order = np.arange(n)
         for k, p in enumerate(piv[idx]):
@@ -539,8 +595,8 @@ def _permutation(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
 
 
 register(OpDef(
-    name="LuPermutation", arity=1, cost_class="elementwise", attrs={"dtype": Attr("str",
-                                                                                 "float32")},
+    name="LuPermutation", arity=1, cost_class="elementwise",
+    attrs={"dtype": Attr("str", "float32"), "rows": Attr("int", 0, optional=True)},
     infer=_permutation_infer, reference=_permutation, nondiff_inputs=(0,),
     flops=lambda ins, outs, a: 0,
     doc="The permutation matrix P of A = P L U from LAPACK's 1-based pivots.",

@@ -533,8 +533,9 @@ CASES: dict[str, list[tuple]] = {
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     # made symmetric (_derived); the second reads only the upper triangle
     "MatrixEigh": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"upper": True})],
-    "MatrixLuFactor": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"info": True})],
-    "LuPermutation": [([((2, 4), ids(4))], {})],
+    "MatrixLuFactor": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"info": True}),
+                       ([((2, 3, 5), N)], {}), ([((5, 3), N)], {"info": True})],
+    "LuPermutation": [([((2, 4), ids(4))], {}), ([((2, 3), ids(3))], {"rows": 5})],
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
     "Zeros": [([], {"shape": [2, 3]})],
     "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),

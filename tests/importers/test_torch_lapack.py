@@ -36,10 +36,12 @@ class Factorizations(torch.nn.Module):
         sign, logabs = torch.linalg.slogdet(self.a)
         lu, pivots = torch.linalg.lu_factor(self.a)
         p, low, up = torch.linalg.lu(self.a)
+        wide_p, wide_low, wide_up = torch.linalg.lu(self.b.mT)  # 3 x 4
         return (torch.linalg.solve(self.a, self.b), torch.linalg.cholesky(spd),
                 torch.linalg.inv(self.a), sign * logabs, w, (v * w.sqrt().unsqueeze(-2)) @ v.mT,
                 torch.linalg.solve(self.a.mT, self.b), lu,
-                torch.linalg.lu_solve(lu, pivots, self.b), p @ low, up)
+                torch.linalg.lu_solve(lu, pivots, self.b), p @ low, up,
+                torch.linalg.lu_factor(self.b).LU, wide_p @ wide_low, wide_up)
 
 
 def _eager(module, cotangents, dtype):

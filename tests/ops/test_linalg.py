@@ -230,6 +230,17 @@ def test_eigh_gradient_is_torchs(of):
         np.testing.assert_allclose(float((grads[0] * e).sum()), numeric, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("shape", [(3, 5), (2, 5, 3)])
+def test_rectangular_lu_factor_is_torchs(shape):
+    a = normal(shape, 6)
+    lu, pivots = checked_reference("MatrixLuFactor", [a])
+    want = torch.linalg.lu_factor(torch.tensor(a))
+    np.testing.assert_allclose(lu, want.LU.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(pivots, want.pivots.numpy())
+    (p,) = checked_reference("LuPermutation", [pivots], dtype="float64", rows=shape[-2])
+    np.testing.assert_array_equal(p, torch.lu_unpack(want.LU, want.pivots)[0].numpy())
+
+
 def test_lu_factor_and_its_permutation_are_torchs():
     """LU and the 1-based pivots of torch.linalg.lu_factor; P of torch.lu_unpack; the info of
     a singular matrix, torch's."""
@@ -244,10 +255,11 @@ def test_lu_factor_and_its_permutation_are_torchs():
     np.testing.assert_array_equal(p, torch.lu_unpack(want.LU, want.pivots)[0].numpy())
 
 
-def test_lu_factor_gradient_is_torchs():
+@pytest.mark.parametrize("shape", [(2, 4, 4), (2, 3, 5), (5, 3)])
+def test_lu_factor_gradient_is_torchs(shape):
     """Against torch autograd through lu_factor's LU in float64, and central differences (the
-    pivots are constant near a matrix without ties)."""
-    a = normal((2, 4, 4), 5)
+    pivots are constant near a matrix without ties); square, wide and tall."""
+    a = normal(shape, 5)
     grads, dys = check_gradient("MatrixLuFactor", [a], of=[0], tol=1e-5)
     (want,) = torch_gradients(lambda t: torch.linalg.lu_factor(t).LU, [a], dys, [0])
     np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)

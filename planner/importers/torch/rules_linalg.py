@@ -8,7 +8,7 @@ MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr and MatrixEigh:
     cholesky_solve, cholesky_inverse    MatrixSolve, MatrixInverse of L L^T (U^T U)
     linalg_solve_triangular,            MatrixSolve of A's triangle (a Where with constant
     triangular_solve                    masks, so that A's gradient stays in that triangle)
-    linalg_lu_factor_ex, linalg_lu      MatrixLuFactor (square, pivot=True); P: LuPermutation
+    linalg_lu_factor_ex, linalg_lu      MatrixLuFactor (pivot=True); P: LuPermutation
     lu_unpack, linalg_lu_solve          P a constant where the pivots are known at import, else
                                         LuPermutation; L and U LU's triangles, X two triangular
                                         solves and a GEMM by P
@@ -178,11 +178,8 @@ def triangular_solve(n: NodeCtx) -> Value:
 # ---- LU ----------------------------------------------------------------------------------------
 
 def _lu(n: NodeCtx, x: str | Const, ex: bool) -> list[str]:
-    """LU and pivots (and info, `ex`) of torch's partial-pivoting LU of square matrices."""
+    """LU and pivots (and info, `ex`) of torch's partial-pivoting LU."""
     require_floats(n, x)
-    rows, cols = n.shape(x)[-2:]
-    if rows != cols:
-        raise Unsupported(f"{n.op} (a {rows} x {cols} matrix: LU of square ones)")
     if not n.kwargs.get("pivot", n.arg(1, "pivot", True)):
         raise Unsupported(f"{n.op} (pivot=False)")
     return n.emit("MatrixLuFactor", [x], {"info": True, **_check(n)} if ex else {},
@@ -201,7 +198,7 @@ def lu(n: NodeCtx) -> Value:
     x = n.tensor(0)
     packed, pivots = _lu(n, x, False)
     low, up = _factors(n, packed)
-    return _permutation(n, pivots, n.shape(x)[-1], n.dtype(x)), low, up
+    return _permutation(n, pivots, n.shape(x)[-2], n.dtype(x)), low, up
 
 
 # ---- LU factors and solves -------------------------------------------------------------------
@@ -214,7 +211,7 @@ def _permutation(n: NodeCtx, pivots: str | Const, rows: int, dtype: str) -> str 
         return n.const(_permutations(n, pivots, rows), dtype)
     if n.dtype(pivots) != "int32":
         pivots = n.emit1("Cast", [pivots], {"to": "int32"})
-    return n.emit1("LuPermutation", [pivots], {"dtype": dtype})
+    return n.emit1("LuPermutation", [pivots], {"dtype": dtype, "rows": rows})
 
 
 def _permutations(n: NodeCtx, pivots: Const, rows: int) -> np.ndarray:

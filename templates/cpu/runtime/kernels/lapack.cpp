@@ -32,13 +32,14 @@ enum class LapackOp { kInverse, kSolve, kSlogdet, kCholesky, kEigh, kLuFactor };
 
 // Floats of one matrix's workspace (an int32 pivot or iwork entry counts as one): the matrix,
 // then a solve's right-hand sides, the pivots and what the routine asks for. ops/linalg.py's
-// `_lapack_scratch` is the same count.
+// `_lapack_scratch` is the same count. n: the matrix's columns; k: a solve's right-hand sides,
+// an LU's rows.
 int64_t lapack_floats(LapackOp op, int64_t n, int64_t k) {
   switch (op) {
     case LapackOp::kSolve: return n * n + n * k + n;
     case LapackOp::kInverse: return n * n + 2 * n;
-    case LapackOp::kSlogdet:
-    case LapackOp::kLuFactor: return n * n + n;
+    case LapackOp::kSlogdet: return n * n + n;
+    case LapackOp::kLuFactor: return k * n + std::min(k, n);
     case LapackOp::kCholesky: return n * n;
     case LapackOp::kEigh: return 3 * n * n + 12 * n + 4;  // ssyevd: lwork, liwork for jobz V
   }
@@ -76,7 +77,8 @@ class LapackMatrices : public Kernel {
     size_ = a.back();
     for (size_t d = 0; d + 2 < a.size(); ++d) batch_ *= a[d];
     batched_ = a.size() > 2;
-    columns_ = op == LapackOp::kSolve ? n.in[1].shape.back() : size_;
+    columns_ = op == LapackOp::kSolve ? n.in[1].shape.back()
+               : op == LapackOp::kLuFactor ? a[a.size() - 2] : size_;  // LU: A's rows
     transpose_ = op == LapackOp::kSolve && n.attrs.b("transpose");
     upper_ = op == LapackOp::kEigh && n.attrs.has("upper") && n.attrs.b("upper");
     if (n.attrs.has("check")) check_ = n.attrs.s("check");
@@ -124,6 +126,7 @@ class LapackMatrices : public Kernel {
   int one(int64_t m, const float* a, const float* b, float* y, float* y2, int32_t* pivots,
           float* w) const {
     const int n = static_cast<int>(size_);
+    if (op_ == LapackOp::kLuFactor) return lu_factor(m, a, y, pivots, w);
     a += m * size_ * size_;
     if (op_ == LapackOp::kCholesky || op_ == LapackOp::kEigh) {
       std::copy(a, a + size_ * size_, w);
@@ -137,7 +140,7 @@ class LapackMatrices : public Kernel {
       case LapackOp::kSlogdet: return slogdet(m, y, y2, w);
       case LapackOp::kCholesky: return cholesky(m, y, w);
       case LapackOp::kEigh: return eigh(m, y, y2, w);
-      case LapackOp::kLuFactor: return lu_factor(m, y, pivots, w);
+      case LapackOp::kLuFactor: break;
     }
     return n;
   }
@@ -200,19 +203,23 @@ class LapackMatrices : public Kernel {
     return 0;  // slogdet of a singular matrix is no failure
   }
 
-  // torch.linalg.lu_factor: L's strict lower triangle and U packed, the 1-based pivots; a
-  // singular matrix's factors are written too (torch's lu_factor_ex gives them)
-  int lu_factor(int64_t m, float* y, int32_t* pivots, float* w) const {
-    const int n = static_cast<int>(size_);
-    int* piv = reinterpret_cast<int*>(w + size_ * size_);
+  // torch.linalg.lu_factor of a rows x n matrix: L's strict lower part and U packed, the
+  // min(rows, n) 1-based pivots; a singular matrix's factors are written too (torch's
+  // lu_factor_ex gives them)
+  int lu_factor(int64_t m, const float* a, float* y, int32_t* pivots, float* w) const {
+    const int64_t rows = columns_, cols = size_, k = std::min(rows, cols);
+    const int r = static_cast<int>(rows), c = static_cast<int>(cols);
+    a += m * rows * cols;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) w[i + j * rows] = a[i * cols + j];
+    int* piv = reinterpret_cast<int*>(w + rows * cols);
     int info = 0;
-    if (n > 0) PLANNER_LAPACK(sgetrf)(&n, &n, w, &n, piv, &info);
-    y += m * size_ * size_;
-    pivots += m * size_;
-    for (int64_t i = 0; i < size_; ++i) {
-      pivots[i] = piv[i];
-      for (int64_t j = 0; j < size_; ++j) y[i * size_ + j] = w[i + j * size_];
-    }
+    if (k > 0) PLANNER_LAPACK(sgetrf)(&r, &c, w, &r, piv, &info);
+    y += m * rows * cols;
+    pivots += m * k;
+    for (int64_t i = 0; i < k; ++i) pivots[i] = piv[i];
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = w[i + j * rows];
     return info;
   }
 
@@ -281,25 +288,26 @@ KernelPtr lapack_cholesky(const Node& n) { return lapack_kernel(n, LapackOp::kCh
 KernelPtr lapack_eigh(const Node& n) { return lapack_kernel(n, LapackOp::kEigh); }
 KernelPtr lapack_lu_factor(const Node& n) { return lapack_kernel(n, LapackOp::kLuFactor); }
 
-// LuPermutation: P of A = P L U from the 1-based pivots (row k swapped with row pivots[k] - 1,
-// in order): P[order[j]][j] = 1 for the rows' order after the swaps. A pivot out of range is a
-// StepError (pivots fed from outside the step).
+// LuPermutation: P (A's rows square) of A = P L U from the 1-based pivots (row k swapped with
+// row pivots[k] - 1, in order): P[order[j]][j] = 1 for the rows' order after the swaps. A
+// pivot out of range is a StepError (pivots fed from outside the step).
 class LuPermutationKernel : public Kernel {
  public:
   explicit LuPermutationKernel(const Node& n)
-      : piv_(n.in[0].id), p_(n.out[0].id), size_(n.in[0].shape.back()) {
+      : piv_(n.in[0].id), p_(n.out[0].id), count_(n.in[0].shape.back()),
+        size_(n.out[0].shape.back()) {
     if (n.in[0].dtype != I32 || n.out[0].dtype != F32)
       throw std::runtime_error("LuPermutation: int32 pivots to a float32 matrix");
-    batch_ = size_ > 0 ? n.in[0].size() / size_ : 0;
+    batch_ = size_ > 0 ? n.out[0].size() / (size_ * size_) : 0;
     order_.resize(static_cast<size_t>(size_));
   }
   void run(const Run& r) override {
     const int32_t* piv = r.at<int32_t>(piv_);
     float* p = r.at<float>(p_);
     std::fill(p, p + batch_ * size_ * size_, 0.0f);
-    for (int64_t m = 0; m < batch_; ++m, piv += size_, p += size_ * size_) {
+    for (int64_t m = 0; m < batch_; ++m, piv += count_, p += size_ * size_) {
       for (int64_t i = 0; i < size_; ++i) order_[i] = i;
-      for (int64_t k = 0; k < size_; ++k) {
+      for (int64_t k = 0; k < count_; ++k) {
         if (piv[k] < 1 || piv[k] > size_)
           throw StepError("pivot " + std::to_string(piv[k]) + " out of range [1, " +
                           std::to_string(size_) + "]");
@@ -311,7 +319,7 @@ class LuPermutationKernel : public Kernel {
 
  private:
   int piv_, p_;
-  int64_t size_, batch_ = 0;
+  int64_t count_, size_, batch_ = 0;  // pivots, P's rows
   std::vector<int64_t> order_;
 };
 
