@@ -123,7 +123,7 @@ def cholesky(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     ex = n.op == "aten.linalg_cholesky_ex.default"
-    attrs = {"info": True, **_check(n)} if ex else {"check": "linalg.cholesky"}
+    attrs = {"info": True, **_check(n)} if ex else {"check": "cholesky"}  # torch.cholesky's
     outs = n.emit("Cholesky", [x], attrs, n_out=1 + ex)
     y = _mt(n, outs[0]) if n.arg(1, "upper", False) else outs[0]
     return (y, outs[1]) if ex else y
