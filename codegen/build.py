@@ -39,6 +39,7 @@ from pathlib import Path
 from codegen.artifacts import file_record, intact
 from codegen.backends import COMMON, RUNTIMES, TEMPLATES
 from codegen.errors import BuildError
+from codegen.lapack import lapack
 from codegen.render import RenderedTree
 from planner.io.write import atomic_write, open_lock
 
@@ -381,8 +382,17 @@ def _build_runtime(root: Path, module: str, backend: str, sanitize: tuple[str, .
     return modules[0]
 
 
+def _lapack_identity() -> list[str]:
+    # The CPU module's RUNPATH names the wheel's folder too (a runtime linked against another
+    # environment's or another version's LAPACK is not reused).
+    found = lapack()
+    return [str(found.library.resolve()), found.version]
+
+
 def _cpu_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
+    found = lapack()
     return {"dnnl_DIR": str(venv_prefix() / "lib" / "cmake" / "dnnl"),
+            "PLANNER_LAPACK_LIB": str(found.library), "PLANNER_LAPACK_PREFIX": found.prefix,
             "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + (SANITIZED_FLAGS if sanitize else ())
                                           + sanitizer_flags(sanitize)),
             "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize))}
@@ -417,7 +427,8 @@ class RuntimeBuild:
 
 
 RUNTIME_BUILDS: dict[str, RuntimeBuild] = {
-    "cpu": RuntimeBuild(lambda arch: {"prefix": str(venv_prefix().resolve())}, _cpu_defines,
+    "cpu": RuntimeBuild(lambda arch: {"prefix": str(venv_prefix().resolve()),
+                                      "lapack": _lapack_identity()}, _cpu_defines,
                         lambda arch: "cpu", lambda capability, target: "", sanitizes=True),
     "cuda": RuntimeBuild(lambda arch: {"cuda": cuda_toolchain(arch)}, _cuda_defines,
                          lambda arch: f"cuda-sm{arch}",

@@ -1,5 +1,5 @@
 """Batched small-matrix linear algebra: the square matrices of the last two axes, each solved on
-its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto them).
+its own (torch.linalg's inv, solve, slogdet, cholesky, eigh and what decomposes onto them).
 
     MatrixInverse  [A (..., n, n)] -> A^-1
     MatrixSolve    [A (..., n, n), B (..., n, k)] -> X with A X = B (transpose: A^T X = B);
@@ -12,16 +12,30 @@ its own (torch.linalg's inv, solve, slogdet, cholesky and what decomposes onto t
                    definite; only A's lower triangle is read, as LAPACK's potrf)
     MatrixQr       [A (..., m, n), m >= n] -> Q (..., m, n), R (..., n, n): the reduced QR by
                    Householder reflections signed as LAPACK's (torch's, numpy's)
+    MatrixLuFactor [A (..., m, n)] -> LU (..., m, n), pivots (..., k) int32, k = min(m, n):
+                   getrf's partial pivoting LU, L's strict lower part and U packed, 1-based
+    LuPermutation  [pivots (..., k) int32] -> P (..., m, m) with A = P L U (attr rows: m).
+                   CPU only, as MatrixLuFactor
+    MatrixEigh     [A (..., n, n)] -> L (..., n) ascending, V (..., n, n): eigh of A's lower
+                   (attr upper: upper) triangle; each eigenvector signed so that its entry of
+                   largest magnitude (the first such) is positive (torch's sign is LAPACK's
+                   arbitrary choice). CPU only.
 
-MatrixInverse, MatrixSolve and Cholesky with attr `info` also give torch's `_ex` forms' info
-(int32, per matrix): 0, or the 1-based pivot where the factorization met a zero pivot (LU) or
-a minor that is not positive definite (Cholesky).
+MatrixInverse, MatrixSolve, MatrixLuFactor and Cholesky with attr `info` also give torch's
+`_ex` forms' info (int32, per matrix): 0, or LAPACK's info where the factorization failed: the
+1-based index of LU's first zero pivot, or of Cholesky's first leading minor that is not
+positive definite. With attr `check` (torch's name of the op that raises: `linalg.cholesky`,
+`linalg.inv`, `torch.linalg.solve`, `torch.linalg.lu_factor`) such a matrix is torch's error,
+word for word: an OpError here, a StepError naming the node in the CPU executor (the CUDA
+executor gives the values below).
 
-The kernels factor each matrix in float64 whatever the tensor's dtype (LU with partial
-pivoting, templates/common/small_linalg.h, one matrix per thread), and round once. A singular
-matrix is not an error: its zero pivot divides, so inverse and solve give inf or NaN, slogdet
-sign 0 and log|det| -inf (torch raises for inverse and solve, and gives the same slogdet);
-Cholesky of a matrix that is not positive definite gives NaN from the first failing column on.
+The CPU kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp: getrf,
+getrs, getri, potrf, syevd, one matrix per thread), as torch does; the CUDA kernels, and the
+CPU's MatrixSvd and MatrixQr, factor each matrix in float64 (templates/common/small_linalg.h)
+and round once. The references factor in float64. A matrix that does not factor is no error
+without `check`: a singular matrix's inverse and solve are NaN on the CPU (inf or NaN from the
+zero pivot on CUDA), its slogdet sign 0 and log|det| -inf (torch's); Cholesky gives NaN from
+the first failing column on.
 
 Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops):
 
@@ -32,9 +46,14 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
     MatrixSvd      dA = U (skew(U^T dU) S / E + S skew(V^T dV) / E + diag(dS)) Vh, and the
                    parts of dU, dVh outside U's, V's span (svd_backward; E_jk = S_k^2 - S_j^2)
     Cholesky       dA = L^-T sym(tril(L^T dL)) L^-1, sym(M) = (M + strict-lower(M)^T) / 2
+    MatrixLuFactor linalg_lu_backward: m <= n, dA = P L^-T [tril(L^T dL - triu(dU) U^T, -1)
+                   U1^-T + triu(dU1), dU2]; m > n, dA = P [L1^-T triu(dU U^T - L^T tril(dL,
+                   -1)) + tril(dL1, -1); dL2] U^-T (dL, dU: dLU's first k columns, rows)
+    MatrixEigh     dA = V (skew(V^T dV) / 2 / E + diag(dL)) V^T, E_ij = L_j - L_i
+                   (linalg_eig_backward: torch's gauge, no rotation within an eigenspace)
 
 FLOPs: n^3 per matrix for the factorization (2/3 n^3 LU, 1/3 n^3 Cholesky, as multiply-adds
-of 2), plus 2 n^2 per right-hand side column of a solve (inverse: n columns).
+of 2), plus 2 n^2 per right-hand side column of a solve (inverse: n columns); eigh 18 n^3.
 
 Example:
     >>> import numpy as np
@@ -52,6 +71,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -92,16 +112,25 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
-    """A workspace per thread (templates/common/small_linalg.h): the matrix, a column and
-    the pivots, 8 bytes each."""
-    n = ins[0].shape[-1]
-    return threads * 8 * (n * n + 2 * n)
+def _lapack_scratch(op: str):
+    """The CPU kernel's (templates/cpu/runtime/kernels/lapack.cpp, `lapack_floats`): a float32
+    workspace per thread: the matrix, a solve's right-hand sides, the int32 pivots and what the
+    LAPACK routine asks for (ssyevd's work and iwork for eigenvectors)."""
+    def scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
+        n = ins[0].shape[-1]
+        floats = {"MatrixSolve": n * n + n * (ins[-1].shape[-1]) + n,
+                  "MatrixInverse": n * n + 2 * n, "MatrixSlogdet": n * n + n,
+                  "Cholesky": n * n, "MatrixEigh": 3 * n * n + 12 * n + 4,
+                  "MatrixLuFactor": ins[0].shape[-2] * n + min(ins[0].shape[-2:])}[op]
+        return threads * 4 * floats
+    return scratch
 
 
 def _gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
-    """The CUDA kernel's: a workspace per matrix (one GPU thread each)."""
-    return _scratch(ins, outs, a, _batch(ins[0]))
+    """The CUDA kernel's (templates/common/small_linalg.h): a float64 workspace per matrix (one
+    GPU thread each): the matrix, a column and the pivots."""
+    n = ins[0].shape[-1]
+    return _batch(ins[0]) * 8 * (n * n + 2 * n)
 
 
 def _info_type(a: TensorType, attrs: Attrs) -> list[TensorType]:
@@ -118,25 +147,56 @@ def _first_bad(bad: np.ndarray) -> np.ndarray:
     return np.where(bad.any(-1), np.argmax(bad, -1) + 1, 0).astype(np.int32)
 
 
-def _lu_info(x: np.ndarray, a: Attrs) -> list[np.ndarray]:
-    """info of the kernels' LU (partial pivoting, float64), where a pivot is exactly 0."""
-    if not a.get("info"):
-        return []
-    m = np.array(x, dtype=np.float64)
-    n = m.shape[-1]
-    zero = np.zeros(m.shape[:-1], bool)
-    with np.errstate(all="ignore"):
-        for idx in np.ndindex(m.shape[:-2]):
-            w = m[idx]
-            for k in range(n):
-                p = k + int(np.argmax(np.abs(w[k:, k])))
-                w[[k, p]] = w[[p, k]]
-                zero[idx + (k,)] = w[k, k] == 0
-                w[k + 1:, k:] -= np.outer(w[k + 1:, k] / w[k, k], w[k, k:])
-    return [_first_bad(zero)]
+def _lu_failures(x: np.ndarray) -> np.ndarray:
+    """Per matrix, LAPACK getrf's info of A (here float64's, through scipy): the 1-based index
+    of the first pivot that is exactly 0, else 0."""
+    import scipy.linalg  # on first use: the planner's start need not load it
+
+    m = _wide(x)
+    if m.size == 0:
+        return np.zeros(m.shape[:-2], np.int32)
+    with warnings.catch_warnings():  # a singular matrix is an answer here, not a warning
+        warnings.simplefilter("ignore")
+        lu, _ = scipy.linalg.lu_factor(m, check_finite=False)
+    return _first_bad(np.diagonal(lu, axis1=-2, axis2=-1) == 0)
 
 
-_INFO = {"info": Attr("bool", False, optional=True)}
+def torch_linalg_error(api: str, batched: bool, failures: np.ndarray) -> str | None:
+    """torch's message for the first failed factorization of `failures` (per matrix, LAPACK's
+    info), chosen as aten's _linalg_check_errors chooses it, by the name of the op that
+    raises; None when none failed. The CPU kernels say the same (kernels/lapack.cpp)."""
+    flat = np.asarray(failures).reshape(-1)
+    bad = np.flatnonzero(flat > 0)
+    if bad.size == 0:
+        return None
+    info = int(flat[bad[0]])
+    where = f"{api}: (Batch element {int(bad[0])})" if batched else api
+    if "inv" in api:
+        return (f"{where}: The diagonal element {info} is zero, the inversion could not be "
+                f"completed because the input matrix is singular.")
+    if "solve" in api:
+        return f"{where}: The solver failed because the input matrix is singular."
+    if "cholesky" in api:
+        return (f"{where}: The factorization could not be completed because the input is not "
+                f"positive-definite (the leading minor of order {info} is not "
+                f"positive-definite).")
+    if "lu_factor" in api:
+        return (f"{where}: U[{info},{info}] is zero and using it on lu_solve would result in a "
+                f"division by zero. If you still want to perform the factorization, consider "
+                f"calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)")
+    return f"{where}: the factorization failed (LAPACK info {info})"
+
+
+def _failed(x: np.ndarray, failures: np.ndarray, a: Attrs) -> list[np.ndarray]:
+    """The info output (attr info), after the step's error where attr `check` names the torch
+    op that raises (OpError here, StepError in the executor)."""
+    message = torch_linalg_error(a["check"], x.ndim > 2, failures) if a.get("check") else None
+    if message is not None:
+        raise OpError(message)
+    return [failures] if a.get("info") else []
+
+
+_INFO = {"info": Attr("bool", False, optional=True), "check": Attr("str", "", optional=True)}
 
 
 # ---- MatrixInverse ---------------------------------------------------------------------------
@@ -147,39 +207,28 @@ def _inverse_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _inverse(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    with np.errstate(all="ignore"):
-        return [_solve(_wide(xs[0]), np.broadcast_to(np.eye(xs[0].shape[-1]), xs[0].shape),
-                       False).astype(xs[0].dtype), *_lu_info(xs[0], a)]
+    failures = _lu_failures(xs[0])
+    info = _failed(xs[0], failures, a)
+    eye = np.broadcast_to(np.eye(xs[0].shape[-1]), xs[0].shape)
+    return [_solve(_wide(xs[0]), eye, False, failures).astype(xs[0].dtype), *info]
 
 
-def _solve(a: np.ndarray, b: np.ndarray, transpose: bool) -> np.ndarray:
-    """numpy.linalg.solve, but a singular matrix gives what the kernels give (inf / NaN from
-    the zero pivot) instead of raising."""
+def _solve(a: np.ndarray, b: np.ndarray, transpose: bool, failures: np.ndarray) -> np.ndarray:
+    """numpy.linalg.solve matrix by matrix, NaN for a singular A (a zero pivot): the CPU
+    kernels' LAPACK solve does not run on a failed factorization."""
     a = np.swapaxes(a, -1, -2) if transpose else a
-    try:
-        return np.linalg.solve(a, b)
-    except np.linalg.LinAlgError:
-        return _lu_solve(a, b)
-
-
-def _lu_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Gaussian elimination with partial pivoting, matrix by matrix, as the kernels do."""
-    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:])
-    a = np.broadcast_to(a, out.shape[:-2] + a.shape[-2:])
-    b = np.broadcast_to(b, out.shape)
-    for idx in np.ndindex(out.shape[:-2]):
-        m, rhs = a[idx].copy(), b[idx].copy()
-        n = m.shape[0]
-        for k in range(n):
-            p = k + int(np.argmax(np.abs(m[k:, k])))
-            m[[k, p]], rhs[[k, p]] = m[[p, k]], rhs[[p, k]]
-            for i in range(k + 1, n):
-                f = m[i, k] / m[k, k]
-                m[i, k:] -= f * m[k, k:]
-                rhs[i] -= f * rhs[k]
-        for k in range(n - 1, -1, -1):
-            rhs[k] = (rhs[k] - m[k, k + 1:] @ rhs[k + 1:]) / m[k, k]
-        out[idx] = rhs
+    if not failures.any():
+        try:
+            return np.linalg.solve(a, b)
+        except np.linalg.LinAlgError:  # singular in numpy's own factorization: one by one
+            pass
+    out = np.full(b.shape, np.nan)
+    for idx in np.ndindex(b.shape[:-2]):
+        if failures[idx] == 0:
+            try:
+                out[idx] = np.linalg.solve(a[idx], b[idx])
+            except np.linalg.LinAlgError:  # singular in numpy's own factorization
+                pass
     return out
 
 
@@ -205,7 +254,7 @@ def _inverse_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
 register(OpDef(
     name="MatrixInverse", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
     infer=_inverse_infer, flops=_factor_flops, reference=_inverse, gradient=_inverse_gradient,
-    scratch=_scratch, gpu_scratch=_gpu_scratch,
+    scratch=_lapack_scratch("MatrixInverse"), gpu_scratch=_gpu_scratch,
     doc="The inverse of each square matrix of the last two axes (LU, partial pivoting).",
 ))
 
@@ -224,9 +273,10 @@ def _solve_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _solve_reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
-    with np.errstate(all="ignore"):
-        return [_solve(_wide(xs[0]), _wide(xs[1]), a["transpose"]).astype(xs[1].dtype),
-                *_lu_info(xs[0], a)]
+    failures = _lu_failures(xs[0])
+    info = _failed(xs[0], failures, a)
+    return [_solve(_wide(xs[0]), _wide(xs[1]), a["transpose"], failures).astype(xs[1].dtype),
+            *info]
 
 
 def _solve_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
@@ -249,7 +299,7 @@ register(OpDef(
     attrs={"transpose": Attr("bool", False), **_INFO},
     infer=_solve_infer, flops=_factor_flops, reference=_solve_reference,
     gradient=_solve_gradient,
-    scratch=_scratch, gpu_scratch=_gpu_scratch,
+    scratch=_lapack_scratch("MatrixSolve"), gpu_scratch=_gpu_scratch,
     doc="X with A X = B (transpose: A^T X = B) for each matrix of the last two axes.",
 ))
 
@@ -281,7 +331,7 @@ def _slogdet_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> li
 register(OpDef(
     name="MatrixSlogdet", arity=1, cost_class="gemm", recompute="expensive",
     infer=_slogdet_infer, flops=_factor_flops, reference=_slogdet, gradient=_slogdet_gradient,
-    scratch=_scratch, gpu_scratch=_gpu_scratch,
+    scratch=_lapack_scratch("MatrixSlogdet"), gpu_scratch=_gpu_scratch,
     doc="sign and log|det| of each square matrix of the last two axes (LU, partial pivoting).",
 ))
 
@@ -304,9 +354,8 @@ def _cholesky(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
             for i in range(j + 1, n):
                 out[..., i, j] = (x[..., i, j] - np.sum(out[..., i, :j] * out[..., j, :j],
                                                         axis=-1)) / out[..., j, j]
-    failed = np.isnan(np.diagonal(out, axis1=-2, axis2=-1))
-    info = [_first_bad(failed)] if a.get("info") else []
-    return [out.astype(xs[0].dtype), *info]
+    failures = _first_bad(np.isnan(np.diagonal(out, axis1=-2, axis2=-1)))
+    return [out.astype(xs[0].dtype), *_failed(xs[0], failures, a)]
 
 
 def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
@@ -327,8 +376,230 @@ def _cholesky_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> l
 register(OpDef(
     name="Cholesky", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
     infer=_cholesky_infer, flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
-    reference=_cholesky, gradient=_cholesky_gradient, scratch=_scratch, gpu_scratch=_gpu_scratch,
+    reference=_cholesky, gradient=_cholesky_gradient, scratch=_lapack_scratch("Cholesky"),
+    gpu_scratch=_gpu_scratch,
     doc="Lower-triangular L with L L^T = A for each symmetric positive definite matrix.",
+))
+
+
+# ---- MatrixEigh ------------------------------------------------------------------------------
+
+def _eigh_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    n = _square("MatrixEigh", ins[0])
+    return [TensorType((*ins[0].shape[:-2], n), ins[0].dtype), ins[0]]
+
+
+def _eigh(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """numpy.linalg.eigh of the lower (upper) triangle, in float64, each eigenvector signed as
+    the kernels sign theirs: its entry of largest magnitude (the first such) positive."""
+    x = _wide(xs[0])
+    if x.size == 0:
+        w, v = np.zeros(x.shape[:-1]), np.zeros(x.shape)
+    else:
+        w, v = np.linalg.eigh(x, UPLO="U" if a["upper"] else "L")
+        top = np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2)
+        v = v * np.where(top < 0, -1.0, 1.0)
+    return [w.astype(xs[0].dtype), v.astype(xs[0].dtype)]
+
+
+def _eigh_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """derivatives.yaml's linalg_eig_backward for a symmetric A (torch's gauge: the part of
+    V^T dV that rotates the eigenvectors in their own span is projected out):
+
+        dA = V (skew(V^T dV) / 2 / E + diag(dL)) V^T,  E_ij = L_j - L_i (1 on the diagonal),
+
+    where skew(X) = X - X^T. As torch's, it divides by the gaps between eigenvalues: not
+    defined at repeated eigenvalues when the loss depends on the eigenvectors."""
+    dl, dv = grads
+    a = node.inputs[0]
+    if not g.needs(a) or (dl is None and dv is None):
+        return [None]
+    w, v = node.outputs
+    *batch, n = g.type(w).shape
+
+    def emit(op: str, *ins: str, **attrs) -> str:
+        return g.emit(op, list(ins), attrs)[0]
+
+    inner = None
+    if dv is not None:
+        lower = emit("CausalMask", emit("Fill", shape=[n, n], value=1.0, dtype=g.type(w).dtype),
+                     value=0.0)
+        eye = emit("Mul", lower, emit("Transpose", lower, perm=[1, 0]))
+        gap = emit("Add", emit("Sub", emit("Reshape", w, shape=[*batch, 1, n]),
+                               emit("Reshape", w, shape=[*batch, n, 1])), eye)
+        x = _matmul(g, v, dv, ta=True)
+        inner = emit("Div", emit("Scale", emit("Sub", x, _transpose(g, x)), factor=0.5), gap)
+    if dl is not None:
+        diag = emit("Mul", v, emit("Reshape", dl, shape=[*batch, 1, n]))  # V diag(dL)
+        if inner is None:
+            return [_matmul(g, diag, v, tb=True)]
+        return [_matmul(g, emit("Add", _matmul(g, v, inner), diag), v, tb=True)]
+    return [_matmul(g, _matmul(g, v, inner), v, tb=True)]
+
+
+register(OpDef(
+    name="MatrixEigh", arity=1, cost_class="gemm", recompute="expensive",
+    attrs={"upper": Attr("bool", False)},
+    infer=_eigh_infer, reference=_eigh, gradient=_eigh_gradient,
+    scratch=_lapack_scratch("MatrixEigh"),
+    # divide and conquer with vectors: about 9 n^3 multiply-adds (the tridiagonal reduction
+    # 4/3 n^3, its back-transformation 2 n^3, the merges most of the rest)
+    flops=lambda ins, outs, a: _batch(ins[0]) * 18 * ins[0].shape[-1] ** 3,
+    doc="Eigenvalues (ascending) and eigenvectors of each symmetric matrix's lower (upper) "
+        "triangle.",
+))
+
+
+# ---- MatrixLuFactor, LuPermutation -----------------------------------------------------------
+
+def _lu_factor_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    require_float("MatrixLuFactor", x, "A")
+    if x.rank < 2:
+        raise OpError(f"MatrixLuFactor: A must be matrices (..., m, n), got shape "
+                      f"{list(x.shape)}")
+    k = min(x.shape[-2:])
+    return [x, TensorType((*x.shape[:-2], k), "int32"), *_info_type(x, a)]
+
+
+def _lu_factor(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK getrf's LU (here float64's, through scipy): L's strict lower triangle and U in
+    one matrix, the 1-based pivots (row k swapped with row pivots[k], in order)."""
+    import scipy.linalg
+
+    x = _wide(xs[0])
+    failures = _lu_failures(x)
+    info = _failed(x, failures, a)
+    if x.size == 0:
+        lu, piv = x.copy(), np.zeros(x.shape[:-1], np.int64)
+    else:
+        with warnings.catch_warnings():  # a singular matrix's factors are still an answer
+            warnings.simplefilter("ignore")
+            lu, piv = scipy.linalg.lu_factor(x, check_finite=False)
+    return [lu.astype(xs[0].dtype), (np.asarray(piv) + 1).astype(np.int32), *info]
+
+
+def _cut(g: GradBuilder, x: str, rows: tuple[int, int], cols: tuple[int, int]) -> str:
+    """x[..., rows[0]:rows[1], cols[0]:cols[1]] (no Slice for a whole axis)."""
+    for axis, (lo, hi), size in ((-2, rows, g.type(x).shape[-2]),
+                                 (-1, cols, g.type(x).shape[-1])):
+        if (lo, hi) != (0, size):
+            x = g.emit("Slice", [x], {"starts": [lo], "ends": [hi], "axes": [axis]})[0]
+    return x
+
+
+def _lu_masks(g: GradBuilder, r: int, c: int, dtype: str) -> tuple[str, str]:
+    """(strict lower, upper with the diagonal) masks of r x c matrices (CausalMask keeps a
+    lower triangle with its diagonal: of the transposed shape, transposed, the upper one)."""
+    def ones(shape: list[int]) -> str:
+        return g.emit("Fill", [], {"shape": shape, "value": 1.0, "dtype": dtype})[0]
+
+    upper = g.emit("Transpose", [g.emit("CausalMask", [ones([c, r])], {"value": 0.0})[0]],
+                   {"perm": [1, 0]})[0]
+    return g.emit("Sub", [ones([r, c]), upper])[0], upper
+
+
+def _lu_wide(g: GradBuilder, low: str, u: str, dl: str, du: str, dtype: str) -> str:
+    """m <= n: L^-T [tril(L^T dL - triu(dU) U^T, -1) U1^-T + triu(dU1), dU2]."""
+    k, n = g.type(u).shape[-2:]
+    du_upper = g.emit("Mul", [du, _lu_masks(g, k, n, dtype)[1]])[0]
+    x = g.emit("Sub", [_matmul(g, low, dl, ta=True), _matmul(g, du_upper, u, tb=True)])[0]
+    x = g.emit("Mul", [x, _lu_masks(g, k, k, dtype)[0]])[0]
+    u1 = _cut(g, u, (0, k), (0, k))
+    x = _transpose(g, g.emit("MatrixSolve", [u1, _transpose(g, x)])[0])  # x U1^-T
+    x = g.emit("Add", [x, _cut(g, du_upper, (0, k), (0, k))])[0]
+    if n > k:
+        x = g.emit("Concat", [x, _cut(g, du, (0, k), (k, n))], {"axis": -1})[0]
+    return g.emit("MatrixSolve", [low, x], {"transpose": True})[0]
+
+
+def _lu_tall(g: GradBuilder, low: str, u: str, dl: str, du: str, strict: str,
+             dtype: str) -> str:
+    """m > n: [L1^-T triu(dU U^T - L^T tril(dL, -1)) + tril(dL1, -1); dL2] U^-T."""
+    m, k = g.type(low).shape[-2:]
+    dl_strict = g.emit("Mul", [dl, strict])[0]
+    x = g.emit("Sub", [_matmul(g, du, u, tb=True), _matmul(g, low, dl_strict, ta=True)])[0]
+    x = g.emit("Mul", [x, _lu_masks(g, k, k, dtype)[1]])[0]
+    x = g.emit("MatrixSolve", [_cut(g, low, (0, k), (0, k)), x], {"transpose": True})[0]
+    x = g.emit("Concat", [g.emit("Add", [x, _cut(g, dl_strict, (0, k), (0, k))])[0],
+                          _cut(g, dl, (k, m), (0, k))], {"axis": -2})[0]
+    return _transpose(g, g.emit("MatrixSolve", [u, _transpose(g, x)])[0])  # x U^-T
+
+
+def _lu_factor_gradient(g: GradBuilder, node: Node, grads: list[str | None]
+                        ) -> list[str | None]:
+    """derivatives.yaml's linalg_lu_backward of lu_factor (A = P L U, L m x k unit lower,
+    U k x n upper; dL, dU the packed gradient's first k columns and rows): for m <= n (U =
+    [U1 U2], U1 k x k)
+
+        dA = P L^-T [tril(L^T dL - triu(dU) U^T, -1) U1^-T + triu(dU1), dU2],
+
+    for m > n (L = [L1; L2], L1 k x k)
+
+        dA = P [L1^-T triu(dU U^T - L^T tril(dL, -1)) + tril(dL1, -1); dL2] U^-T."""
+    dlu = grads[0]
+    a = node.inputs[0]
+    if dlu is None or not g.needs(a):
+        return [None]
+    lu, pivots = node.outputs[:2]
+    m, n = g.type(a).shape[-2:]
+    k = min(m, n)
+    dtype = g.type(a).dtype
+    strict, _ = _lu_masks(g, m, k, dtype)
+    ones = g.emit("Fill", [], {"shape": [m, k], "value": 1.0, "dtype": dtype})[0]
+    diagonal = g.emit("Sub", [g.emit("CausalMask", [ones], {"value": 0.0})[0], strict])[0]
+    low = g.emit("Add", [g.emit("Mul", [_cut(g, lu, (0, m), (0, k)), strict])[0],
+                         diagonal])[0]
+    u = g.emit("Mul", [_cut(g, lu, (0, k), (0, n)), _lu_masks(g, k, n, dtype)[1]])[0]
+    dl, du = _cut(g, dlu, (0, m), (0, k)), _cut(g, dlu, (0, k), (0, n))
+    x = _lu_wide(g, low, u, dl, du, dtype) if m <= n else \
+        _lu_tall(g, low, u, dl, du, strict, dtype)
+    p = g.emit("LuPermutation", [pivots], {"dtype": dtype, "rows": m})[0]
+    return [_matmul(g, p, x)]
+
+
+register(OpDef(
+    name="MatrixLuFactor", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
+    infer=_lu_factor_infer, reference=_lu_factor, gradient=_lu_factor_gradient,
+    flops=lambda ins, outs, a: _batch(ins[0]) * 2 * ins[0].shape[-1] ** 3 // 3,
+    scratch=_lapack_scratch("MatrixLuFactor"),
+    doc="LU with partial pivoting of each matrix: L and U packed, LAPACK's pivots.",
+))
+
+
+def _permutation_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    p = ins[0]
+    if p.dtype != "int32" or p.rank < 1:
+        raise OpError(f"LuPermutation: pivots must be int32 (..., n), got {p.dtype} "
+                      f"{list(p.shape)}")
+    rows = a.get("rows") or p.shape[-1]
+    if rows < p.shape[-1]:
+        raise OpError(f"LuPermutation: rows {rows} fewer than the {p.shape[-1]} pivots")
+    return [TensorType((*p.shape[:-1], rows, rows), a["dtype"])]
+
+
+def _permutation(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """P (rows x rows, attr rows: A's, default the pivots' count) with A = P L U from 1-based
+    pivots: the swaps (k, pivots[k] - 1) applied in order to the rows of I, transposed."""
+    piv = np.asarray(xs[0], np.int64)
+    n = a.get("rows") or piv.shape[-1]
+    out = np.zeros((*piv.shape[:-1], n, n))
+    for idx in np.ndindex(piv.shape[:-1]):
+        order = np.arange(n)
+        for k, p in enumerate(piv[idx]):
+            if not 1 <= p <= n:
+                raise OpError(f"LuPermutation: pivot {int(p)} out of range [1, {n}]")
+            order[[k, p - 1]] = order[[p - 1, k]]
+        out[idx] = np.eye(n)[order].T
+    return [out.astype(a["dtype"])]
+
+
+register(OpDef(
+    name="LuPermutation", arity=1, cost_class="elementwise",
+    attrs={"dtype": Attr("str", "float32"), "rows": Attr("int", 0, optional=True)},
+    infer=_permutation_infer, reference=_permutation, nondiff_inputs=(0,),
+    flops=lambda ins, outs, a: 0,
+    doc="The permutation matrix P of A = P L U from LAPACK's 1-based pivots.",
 ))
 
 

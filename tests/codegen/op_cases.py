@@ -533,6 +533,11 @@ CASES: dict[str, list[tuple]] = {
     "MatrixQr": [([((2, 5, 3), N)], {}), ([((4, 4), N)], {})],
     # made positive definite, but for the second matrix with info (_derived)
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
+    # made symmetric (_derived); the second reads only the upper triangle
+    "MatrixEigh": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"upper": True})],
+    "MatrixLuFactor": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"info": True}),
+                       ([((2, 3, 5), N)], {}), ([((5, 3), N)], {"info": True})],
+    "LuPermutation": [([((2, 4), ids(4))], {}), ([((2, 3), ids(3))], {"rows": 5})],
     "Fill": [([], {"shape": [2, 3], "value": 1.5})],
     "Zeros": [([], {"shape": [2, 3]})],
     "Dropout": [([((4, 8), N)], {"rate": 0.3, "seed": 5}),
@@ -580,6 +585,8 @@ UNPOISONED = {
     "MatrixSvd": {0},
     "MatrixQr": {0},
     "Cholesky": {0},
+    "MatrixEigh": {0},
+    "MatrixLuFactor": {0},
 }
 
 
@@ -590,7 +597,8 @@ def _derived(op, attrs, xs):
     wrapping index op's ids take their negative spelling at every other element;
     EmbeddingBag's offsets rise from 0, with an empty bag; IndexScatterGrad's out is the
     IndexScatter it differentiates (of x and src rounded: ties); Cholesky's A is x x^T + n I
-    (positive definite; with info, a matrix that is not)."""
+    (positive definite; with info, a matrix that is not); MatrixEigh's A is x + x^T;
+    LuPermutation's pivots are 1-based int32."""
     if op == "ReduceGrad":
         opdef = get_op(attrs["of"])
         forward = {k: v for k, v in attrs.items() if k in opdef.attrs}
@@ -616,6 +624,12 @@ def _derived(op, attrs, xs):
                                                                               dtype=np.float32)
         if attrs.get("info"):
             xs[0][1, 2:, 2:] *= -1  # fails at pivot 3
+    if op == "LuPermutation":
+        xs[0] = (xs[0] + 1).astype(np.int32)  # LAPACK's 1-based pivots
+    if op == "MatrixEigh":
+        xs[0] = xs[0] + np.swapaxes(xs[0], -1, -2)
+        if attrs.get("upper"):
+            xs[0] = np.triu(xs[0]) + np.tril(np.full_like(xs[0], 7.0), -1)  # never read
     if op == "CumMax" and xs[0].shape == (3, 9):
         xs[0] = np.round(xs[0])  # equal values
     if op == "IndexScatterGrad":

@@ -52,7 +52,8 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
           "nn.functional.linear", "cdist", "dist", "nn.functional.pdist", "lu_unpack",
           "lu_solve", "linalg.lu_solve", "linalg.inv_ex", "linalg.solve_ex", "linalg.cholesky_ex",
           "linalg.svdvals", "norm.nuc", "linalg.cond", "linalg.pinv", "linalg.pinv.singular",
-          "linalg.qr", "qr")
+          "linalg.qr", "qr", "linalg.eigh", "linalg.eigvalsh", "linalg.matrix_rank.hermitian",
+          "linalg.lu", "linalg.lu_factor", "linalg.lu_factor_ex", "lu")
 
 
 @pytest.mark.slow  # a minute of compiling one merged graph

@@ -91,13 +91,16 @@ def test_gradient_is_torchs(op, inputs, attrs, fn):
         np.testing.assert_allclose(grads[k], w, rtol=1e-8, atol=1e-10)
 
 
-def test_a_singular_matrix_gives_infinities_not_an_error():
-    """torch raises for the inverse of a singular matrix; the planner's op computes through the
-    zero pivot, as its kernels do (inf or NaN), and slogdet gives sign 0, log|det| -inf, as
-    torch.s; Cholesky of a matrix that is not positive definite NaN from the failing pivot on."""
+def test_a_singular_matrix_gives_nan_not_an_error():
+    """Without attr `check`, a matrix that does not factor is no error (torch's `_ex` forms):
+    a singular matrix's inverse and solve are NaN (the CPU kernels' LAPACK solve does not run
+    on a failed factorization), slogdet gives sign 0, log|det| -inf, as torch's; Cholesky of a
+    matrix that is not positive definite NaN from the failing pivot on."""
     a = np.array([[1.0, 2.0], [2.0, 4.0]])
     (y,) = get_op("MatrixInverse").reference([a], {})
-    assert not np.isfinite(y).all()
+    assert np.isnan(y).all()
+    (x,) = reference("MatrixSolve", [np.stack([a, np.eye(2)]), np.ones((2, 2, 1))])
+    assert np.isnan(x[0]).all() and (x[1] == 1).all()
     sign, logabs = get_op("MatrixSlogdet").reference([a], {})
     assert sign == 0 and logabs == -np.inf
     (low,) = get_op("Cholesky").reference([-np.eye(2)], {})
@@ -105,7 +108,9 @@ def test_a_singular_matrix_gives_infinities_not_an_error():
 
 
 def test_float32_is_rounded_once_from_float64():
-    """The kernels factor in float64: the float32 reference is the float64 one rounded."""
+    """The reference factors in float64 (the CPU kernels' LAPACK in float32 is within its error
+    of it, tests/codegen/test_op_kernels.py): the float32 reference is the float64 one
+    rounded."""
     a = normal((3, 6, 6)).astype(np.float32)
     (y,) = get_op("MatrixInverse").reference([a], {})
     assert y.dtype == np.float32
@@ -146,3 +151,115 @@ def test_info_is_torchs():
     assert info.dtype == np.int32
     np.testing.assert_array_equal(info, torch.linalg.cholesky_ex(torch.tensor(spd)).info.numpy())
     assert info.tolist() == [0, 2, 4]
+
+
+@pytest.mark.parametrize("api,make,fn", [
+    ("linalg.cholesky", lambda: np.stack([np.eye(3), -np.eye(3)]), torch.linalg.cholesky),
+    ("linalg.cholesky", lambda: np.diag([1.0, 2.0, -1.0]), torch.linalg.cholesky),
+    ("linalg.inv", lambda: np.zeros((3, 3)), torch.linalg.inv),
+    ("torch.linalg.solve", lambda: np.stack([np.eye(3), np.zeros((3, 3))]),
+     lambda a: torch.linalg.solve(a, torch.ones(a.shape[:-1], dtype=a.dtype))),
+    ("torch.linalg.lu_factor", lambda: np.stack([np.eye(3), np.diag([1.0, 0.0, 1.0])]),
+     torch.linalg.lu_factor),
+])
+def test_check_raises_torchs_error(api, make, fn):
+    """With attr `check` (torch's name of the op that raises), a matrix that does not factor is
+    torch's error, word for word (the CPU executor raises the same at step time)."""
+    a = make()
+    op = {"linalg.cholesky": "Cholesky", "linalg.inv": "MatrixInverse",
+          "torch.linalg.lu_factor": "MatrixLuFactor"}.get(api, "MatrixSolve")
+    inputs = [a, np.ones((*a.shape[:-1], 1))] if op == "MatrixSolve" else [a]
+    with pytest.raises(Exception) as want:
+        fn(torch.tensor(a))
+    with pytest.raises(OpError) as got:
+        reference(op, inputs, {"check": api})
+    assert str(got.value) == str(want.value).splitlines()[0]
+    fine = positive_definite(a.shape)
+    reference(op, [fine, *inputs[1:]], {"check": api})  # no error where each factors
+
+
+def _symmetric(shape, seed):
+    x = normal(shape, seed)
+    return x + np.swapaxes(x, -1, -2)
+
+
+@pytest.mark.parametrize("shape,upper", [((3, 4, 4), False), ((5, 5), True)])
+def test_eigh_reference_is_torchs(shape, upper):
+    """Eigenvalues torch's (ascending), eigenvectors orthonormal with V diag(L) V^T = A, each
+    signed as the kernels sign theirs; only the named triangle is read."""
+    a = _symmetric(shape, 0)
+    noisy = a + (np.tril(normal(shape, 1), -1) if upper else np.triu(normal(shape, 1), 1))
+    w, v = checked_reference("MatrixEigh", [noisy], upper=upper)
+    want = torch.linalg.eigvalsh(torch.tensor(noisy), UPLO="U" if upper else "L").numpy()
+    np.testing.assert_allclose(w, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose((v * w[..., None, :]) @ np.swapaxes(v, -1, -2), a, atol=1e-12)
+    np.testing.assert_allclose(np.swapaxes(v, -1, -2) @ v,
+                               np.broadcast_to(np.eye(shape[-1]), a.shape), atol=1e-12)
+    top = np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2)
+    assert (top > 0).all()
+
+
+@pytest.mark.parametrize("of", [None, [0], [1]])
+def test_eigh_gradient_is_torchs(of):
+    """Against torch autograd in float64 (torch's eigenvectors signed as the reference's, the
+    sign held: the gradient is then the same function's), and against central differences
+    along symmetric directions (the gradient, torch's, assumes a symmetric perturbation)."""
+    from tests.ops.opcheck import apply_rule
+
+    a = _symmetric((2, 4, 4), 2)
+    grads, dys, _ = apply_rule("MatrixEigh", [a], of=of)
+    w, v = reference("MatrixEigh", [a])
+    dys = dys if of is None else [dys[0], np.zeros_like(v)] if of == [0] else \
+        [np.zeros_like(w), dys[0]]
+
+    def aligned(t):
+        values, vectors = torch.linalg.eigh(t)
+        return values, vectors * torch.sign((vectors * torch.tensor(v)).sum(-2, keepdim=True))
+
+    (want,) = torch_gradients(aligned, [a], dys, [0])
+    np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)
+    h = 1e-6
+    for seed in range(3):
+        e = _symmetric(a.shape, 10 + seed)
+
+        def loss(x):
+            return sum(float((y * dy).sum()) for y, dy in zip(reference("MatrixEigh", [x]), dys,
+                                                               strict=True))
+
+        numeric = (loss(a + h * e) - loss(a - h * e)) / (2 * h)
+        np.testing.assert_allclose(float((grads[0] * e).sum()), numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 5, 3)])
+def test_rectangular_lu_factor_is_torchs(shape):
+    a = normal(shape, 6)
+    lu, pivots = checked_reference("MatrixLuFactor", [a])
+    want = torch.linalg.lu_factor(torch.tensor(a))
+    np.testing.assert_allclose(lu, want.LU.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(pivots, want.pivots.numpy())
+    (p,) = checked_reference("LuPermutation", [pivots], dtype="float64", rows=shape[-2])
+    np.testing.assert_array_equal(p, torch.lu_unpack(want.LU, want.pivots)[0].numpy())
+
+
+def test_lu_factor_and_its_permutation_are_torchs():
+    """LU and the 1-based pivots of torch.linalg.lu_factor; P of torch.lu_unpack; the info of
+    a singular matrix, torch's."""
+    a = normal((2, 4, 4))
+    a[1, :, 1] = 0.0  # singular: a zero column, exactly zero after each elimination step
+    lu, pivots, info = checked_reference("MatrixLuFactor", [a], info=True)
+    want = torch.linalg.lu_factor_ex(torch.tensor(a))
+    np.testing.assert_allclose(lu, want.LU.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(pivots, want.pivots.numpy())
+    np.testing.assert_array_equal(info, want.info.numpy())
+    (p,) = checked_reference("LuPermutation", [pivots], dtype="float64")
+    np.testing.assert_array_equal(p, torch.lu_unpack(want.LU, want.pivots)[0].numpy())
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4), (2, 3, 5), (5, 3)])
+def test_lu_factor_gradient_is_torchs(shape):
+    """Against torch autograd through lu_factor's LU in float64, and central differences (the
+    pivots are constant near a matrix without ties); square, wide and tall."""
+    a = normal(shape, 5)
+    grads, dys = check_gradient("MatrixLuFactor", [a], of=[0], tol=1e-5)
+    (want,) = torch_gradients(lambda t: torch.linalg.lu_factor(t).LU, [a], dys, [0])
+    np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)

@@ -47,6 +47,9 @@ class Call:
     module: str = ""
     users: int = 0
     place: str = ""  # where messages place it (planner/importers/torch/origin.py); in-process only
+    # The torch op whose error check reads this call's info output (CHECK_EFFECTS: its
+    # api_name, `linalg.cholesky`, `torch.linalg.solve`): the step raises torch's error there.
+    checked: str = ""
 
     def reads(self) -> list[str]:
         """The values the call reads, in argument order."""
@@ -157,6 +160,7 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
     specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     inputs, calls = [], []
     tokens: set[str] = set()  # effect tokens and the calls that only pass one on
+    checks: dict[str, str] = {}  # info values an error check reads: the op that raises
     for node in program.graph_module.graph.nodes:
         if node.op == "placeholder":
             spec = specs.get(node.name)
@@ -173,6 +177,8 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
                 "val"), binding), trainable=bool(getattr(held, "requires_grad", True))))
         elif node.op == "call_function" and _passes_token(node, tokens):
             tokens.add(node.name)
+            if node.target is not operator.getitem:  # with_effects(token, check, info, api)
+                checks[node.args[2].name] = str(node.args[3])
         elif node.op == "call_function" and binding is not None and _sized(node, binding,
                                                                              sizes):
             continue
@@ -191,6 +197,7 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
             from planner.importers.torch.context import TorchImportError
             raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
         outputs.append(Output(kind, arg, spec.target or ""))
+    calls = _checked(calls, checks)
     tensors = {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
                   if hasattr(v, "shape")},
                **{k: _tensor(v) for k, v in program.state_dict.items()}}
@@ -218,8 +225,9 @@ def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
 
 # Ops torch.export threads on an effect token whose only effect is raising an error
 # (torch.linalg's singular-matrix and not-positive-definite checks): the record drops them with
-# their tokens, so the executors compute what the op gives there (inf or NaN) instead of
-# raising. Any other effect is refused.
+# their tokens and marks the factorization whose info they read (Call.checked), whose op then
+# raises torch's error itself (the CPU executor at step time; the CUDA one computes what the
+# op gives there, inf or NaN). Any other effect is refused.
 CHECK_EFFECTS = frozenset({"aten._linalg_check_errors.default"})
 
 
@@ -240,6 +248,15 @@ def _passes_token(node: Any, tokens: set[str]) -> bool:
                                f"orders by an effect token; the planner accepts only the error "
                                f"checks {sorted(CHECK_EFFECTS)}")
     return True
+
+
+def _checked(calls: list[Call], checks: dict[str, str]) -> list[Call]:
+    """The calls, each factorization whose info (`getitem(call, k)`) an error check reads
+    marked with the name of the op that raises."""
+    producers = {c.args[0].name: checks[c.name] for c in calls
+                 if c.target == "getitem" and c.name in checks and isinstance(c.args[0], Ref)}
+    return [replace(c, checked=producers[c.name]) if c.name in producers else c
+            for c in calls]
 
 
 # Calls torch.export records to check a symbolic size: run on the binding, then dropped.

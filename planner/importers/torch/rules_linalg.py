@@ -1,5 +1,5 @@
 """torch.linalg's solvers and factorizations on planner/ops/linalg.py's MatrixInverse,
-MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
+MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr and MatrixEigh:
 
     linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
                                         broadcast batches reshaped, transposed, expanded)
@@ -8,17 +8,22 @@ MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr:
     cholesky_solve, cholesky_inverse    MatrixSolve, MatrixInverse of L L^T (U^T U)
     linalg_solve_triangular,            MatrixSolve of A's triangle (a Where with constant
     triangular_solve                    masks, so that A's gradient stays in that triangle)
-    lu_unpack, linalg_lu_solve          with pivots known at import: P a constant, L and U
-                                        A's triangles, X two triangular solves and a GEMM by P
+    linalg_lu_factor_ex, linalg_lu      MatrixLuFactor (pivot=True); P: LuPermutation
+    lu_unpack, linalg_lu_solve          P a constant where the pivots are known at import, else
+                                        LuPermutation; L and U LU's triangles, X two triangular
+                                        solves and a GEMM by P
     _linalg_svd                         MatrixSvd's singular values (svdvals, the nuclear and
                                         2-norms, cond, matrix_rank); U and Vh are not offered
     linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
     linalg_qr                           MatrixQr (tall or square; modes reduced and r)
+    _linalg_eigh                        MatrixEigh (eigh, eigvalsh; UPLO L or U)
 
-The `_ex` forms' info is the ops' own (attr info); LU and pivots are not computed (an error
-only when read). torch's error checks of these ops, which torch.export threads on an effect
-token, are dropped when the program is recorded (planner/importers/torch/record.py): a singular
-matrix gives inf or NaN, where torch raises.
+The `_ex` forms' info is the ops' own (attr info); _linalg_solve_ex's LU and pivots are not
+computed (an error only when read). torch's error checks of these ops, which torch.export
+threads on an effect token, are dropped when the program is recorded
+(planner/importers/torch/record.py), which marks the call they check: its op gets attr `check`,
+torch's name of the op, and raises torch's error where a matrix does not factor (as do
+linalg.inv and cholesky, which torch checks itself).
 """
 
 from __future__ import annotations
@@ -53,11 +58,18 @@ def _mt(n: NodeCtx, x: str | Const) -> str:
     return n.emit1("Transpose", [x], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
 
 
+def _check(n: NodeCtx) -> dict[str, str]:
+    """attr `check` where torch checks the call's info (record.py's Call.checked): the op then
+    raises torch's error for a matrix that does not factor."""
+    checked = getattr(n.node, "checked", "")
+    return {"check": checked} if checked else {}
+
+
 def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
-          info: list[str] | None = None) -> str:
+          info: list[str] | None = None, check: dict[str, str] | None = None) -> str:
     """X with A X = B (left) or X A = B; B a matrix or, as torch.linalg.solve reads it, a
     vector (rank 1, or A's batch shape + [n]). `info`, when given, gets the solve's info
-    output (torch's `_ex` forms)."""
+    output (torch's `_ex` forms); `check`: _check's attrs."""
     require_floats(n, a, b)
     sa, sb = n.shape(a), n.shape(b)
     vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
@@ -65,7 +77,8 @@ def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
         b = reshape_to(n, b, (*sb, 1) if left else (*sb[:-1], 1, sb[-1]))
     a, b = _batched(n, a, b)
     outs = n.emit("MatrixSolve", [a, b if left else _mt(n, b)],
-                  {"transpose": not left, **({"info": True} if info is not None else {})},
+                  {"transpose": not left, **({"info": True} if info is not None else {}),
+                   **(check or {})},
                   n_out=1 + (info is not None))
     if info is not None:
         info.append(outs[1])
@@ -80,7 +93,7 @@ def solve(n: NodeCtx, a: str | Const, b: str | Const, left: bool = True,
 def linalg_solve(n: NodeCtx) -> Value:
     """(X, LU, pivots, info): the LU factors are not computed (an error only when read)."""
     info: list[str] = []
-    x = solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True)), info)
+    x = solve(n, n.tensor(0), n.tensor(1), bool(n.arg(2, "left", True)), info, _check(n))
     return x, UNAVAILABLE, UNAVAILABLE, info[0]
 
 
@@ -89,8 +102,8 @@ def inverse(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     if n.op == "aten.linalg_inv.default":
-        return n.emit1("MatrixInverse", [x])
-    return tuple(n.emit("MatrixInverse", [x], {"info": True}, n_out=2))
+        return n.emit1("MatrixInverse", [x], {"check": "linalg.inv"})
+    return tuple(n.emit("MatrixInverse", [x], {"info": True, **_check(n)}, n_out=2))
 
 
 @rule("aten._linalg_slogdet.default", "aten._linalg_det.default")
@@ -110,7 +123,8 @@ def cholesky(n: NodeCtx) -> Value:
     x = n.tensor(0)
     require_floats(n, x)
     ex = n.op == "aten.linalg_cholesky_ex.default"
-    outs = n.emit("Cholesky", [x], {"info": True} if ex else {}, n_out=1 + ex)
+    attrs = {"info": True, **_check(n)} if ex else {"check": "cholesky"}  # torch.cholesky's
+    outs = n.emit("Cholesky", [x], attrs, n_out=1 + ex)
     y = _mt(n, outs[0]) if n.arg(1, "upper", False) else outs[0]
     return (y, outs[1]) if ex else y
 
@@ -161,13 +175,47 @@ def triangular_solve(n: NodeCtx) -> Value:
     return solve(n, tri, b), a
 
 
-# ---- LU factors with known pivots ------------------------------------------------------------
+# ---- LU ----------------------------------------------------------------------------------------
 
-def _permutations(n: NodeCtx, pivots: str | Const, rows: int) -> np.ndarray:
+def _lu(n: NodeCtx, x: str | Const, ex: bool) -> list[str]:
+    """LU and pivots (and info, `ex`) of torch's partial-pivoting LU."""
+    require_floats(n, x)
+    if not n.kwargs.get("pivot", n.arg(1, "pivot", True)):
+        raise Unsupported(f"{n.op} (pivot=False)")
+    return n.emit("MatrixLuFactor", [x], {"info": True, **_check(n)} if ex else {},
+                  n_out=3 if ex else 2)
+
+
+@rule("aten.linalg_lu_factor_ex.default")
+def lu_factor(n: NodeCtx) -> Value:
+    """(LU, pivots, info) of torch.linalg.lu_factor(_ex) and torch.lu."""
+    return tuple(_lu(n, n.tensor(0), True))
+
+
+@rule("aten.linalg_lu.default")
+def lu(n: NodeCtx) -> Value:
+    """(P, L, U) of torch.linalg.lu: the factors unpacked (as lu_unpack) from MatrixLuFactor."""
+    x = n.tensor(0)
+    packed, pivots = _lu(n, x, False)
+    low, up = _factors(n, packed)
+    return _permutation(n, pivots, n.shape(x)[-2], n.dtype(x)), low, up
+
+
+# ---- LU factors and solves -------------------------------------------------------------------
+
+def _permutation(n: NodeCtx, pivots: str | Const, rows: int, dtype: str) -> str | Const:
     """P of A = P L U from LAPACK's 1-based pivots (row k swapped with row pivots[k] - 1, in
-    order), per batch: pivots known at import (a buffer, a constant), else refused."""
-    if not isinstance(pivots, Const):
-        raise Unsupported(f"{n.op} (pivots computed in the step)")
+    order): a constant where the pivots are known at import (a buffer), else LuPermutation of
+    the pivots the step computes (int32, lu_factor's)."""
+    if isinstance(pivots, Const):
+        return n.const(_permutations(n, pivots, rows), dtype)
+    if n.dtype(pivots) != "int32":
+        pivots = n.emit1("Cast", [pivots], {"to": "int32"})
+    return n.emit1("LuPermutation", [pivots], {"dtype": dtype, "rows": rows})
+
+
+def _permutations(n: NodeCtx, pivots: Const, rows: int) -> np.ndarray:
+    """_permutation's constant P, per batch."""
     piv = np.asarray(pivots.value(), dtype=np.int64)
     out = np.empty((*piv.shape[:-1], rows, rows))
     for idx in np.ndindex(piv.shape[:-1]):
@@ -202,7 +250,7 @@ def lu_unpack(n: NodeCtx) -> Value:
     if not (n.arg(2, "unpack_data", True) and n.arg(3, "unpack_pivots", True)):
         raise Unsupported(f"{n.op} (unpack_data or unpack_pivots False)")
     low, up = _factors(n, lu)
-    return n.const(_permutations(n, pivots, n.shape(lu)[-2]), n.dtype(lu)), low, up
+    return _permutation(n, pivots, n.shape(lu)[-2], n.dtype(lu)), low, up
 
 
 @rule("aten.linalg_lu_solve.default")
@@ -215,7 +263,7 @@ def lu_solve(n: NodeCtx) -> Value:
     left, adjoint = bool(n.kwargs.get("left", True)), bool(n.kwargs.get("adjoint", False))
     if n.shape(lu)[-1] != n.shape(lu)[-2]:
         raise n.fail(f"LU of shape {list(n.shape(lu))} is not square")
-    p = n.const(_permutations(n, pivots, n.shape(lu)[-1]), n.dtype(lu))
+    p = _permutation(n, pivots, n.shape(lu)[-1], n.dtype(lu))
     low, up = _factors(n, lu)
     # X A = B is A^T X^T = B^T: a left solve of B^T with the adjoint flipped
     rhs, transpose = (b, adjoint) if left else (_mt(n, b), not adjoint)
@@ -315,3 +363,18 @@ def qr(n: NodeCtx) -> Value:
                           ("reduced", "r") else f"{n.op} (a wide {rows} x {cols} matrix)")
     q, r = n.emit("MatrixQr", [x], n_out=2)
     return (UNAVAILABLE if mode == "r" else q), r
+
+
+@rule("aten._linalg_eigh.default")
+def eigh(n: NodeCtx) -> Value:
+    """(L, V) of torch.linalg.eigh and eigvalsh (compute_v False: V is not offered), on
+    MatrixEigh of the triangle UPLO names. Each eigenvector is signed so that its entry of
+    largest magnitude is positive; torch's sign is LAPACK's choice, which torch documents as
+    arbitrary (a loss that reads V through V diag(f(L)) V^T, as whitening does, is the same)."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    uplo = str(n.arg(1, "UPLO", "L")).upper()
+    if uplo not in ("L", "U"):
+        raise n.fail(f"UPLO must be 'L' or 'U', got {uplo!r}")
+    values, vectors = n.emit("MatrixEigh", [x], {"upper": uplo == "U"}, n_out=2)
+    return values, vectors if n.arg(2, "compute_v", True) else UNAVAILABLE

@@ -16,19 +16,20 @@
 namespace planner {
 namespace {
 
-enum class Pad { Zeros, Border, Reflection };
+// (not `Pad`: pad.cpp's kernel class, in the same unity translation unit as this file)
+enum class GridPad { Zeros, Border, Reflection };
 
 struct Axis {
   int64_t size;
   bool align;
-  Pad pad;
+  GridPad pad;
   // The position of grid value g along the axis and its derivative by g (the reference's
   // `source`: unnormalise, reflect, clamp).
   float at(float g, float* slope) const {
     const float scale = align ? static_cast<float>((size - 1) / 2.0) : static_cast<float>(size / 2.0);
     float x = align ? (g + 1.f) * scale : (g + 1.f) * scale - 0.5f;
     float d = scale;
-    if (pad == Pad::Reflection) {
+    if (pad == GridPad::Reflection) {
       const int64_t low = align ? 0 : -1, high = align ? 2 * (size - 1) : 2 * size - 1;
       if (low == high) {
         *slope = 0.f;
@@ -43,7 +44,7 @@ struct Axis {
       x = odd ? span - extra + lo : extra + lo;
       d *= odd ? -sign : sign;
     }
-    if (pad != Pad::Zeros) {
+    if (pad != GridPad::Zeros) {
       const float top = static_cast<float>(size - 1);
       if (!(x > 0.f && x < top)) d = 0.f;
       x = std::min(top, std::max(x, 0.f));
@@ -91,7 +92,7 @@ class GridSample : public Kernel {
     const std::string pad = n.attrs.s("padding_mode");
     if (pad != "zeros" && pad != "border" && pad != "reflection")
       throw std::runtime_error("GridSample: padding_mode " + pad);
-    const Pad p = pad == "zeros" ? Pad::Zeros : pad == "border" ? Pad::Border : Pad::Reflection;
+    const GridPad p = pad == "zeros" ? GridPad::Zeros : pad == "border" ? GridPad::Border : GridPad::Reflection;
     const std::string mode = n.attrs.s("mode");
     if (mode != "bilinear" && mode != "nearest")
       throw std::runtime_error("GridSample: mode " + mode);
@@ -231,7 +232,7 @@ class GridSample : public Kernel {
   int dy_, x_, grid_, out_, dgrid_;
   int k_ = 2;
   int64_t batch_ = 0, channels_ = 0, points_ = 0, plane_ = 1;
-  Axis axes_[3] = {{1, false, Pad::Zeros}, {1, false, Pad::Zeros}, {1, false, Pad::Zeros}};
+  Axis axes_[3] = {{1, false, GridPad::Zeros}, {1, false, GridPad::Zeros}, {1, false, GridPad::Zeros}};
 };
 
 KernelPtr grid_sample(const Node& n) { return std::make_unique<GridSample>(n); }

@@ -1,6 +1,6 @@
-// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd and MatrixQr (planner/ops/linalg.py): the matrices
-// of the batch split between threads, each factored by common/small_linalg.h in its thread's
-// part of the scratch.
+// MatrixSvd and MatrixQr (planner/ops/linalg.py): the matrices of the batch split between
+// threads, each factored by common/small_linalg.h (the CUDA kernel's code) in its thread's part
+// of the scratch. The factorizations LAPACK does for the CPU are in lapack.cpp.
 #include <omp.h>
 
 #include <algorithm>
@@ -49,11 +49,6 @@ KernelPtr small_matrices(const Node& n) { return std::make_unique<SmallMatrices>
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(linalg) {
-  // (int32: the `info` output of a factorization that may fail)
-  r["MatrixInverse"] = {small_matrices, "float32|float32,int32"};
-  r["MatrixSolve"] = {small_matrices, "float32|float32,int32"};
-  r["MatrixSlogdet"] = small_matrices;
-  r["Cholesky"] = {small_matrices, "float32|float32,int32"};
   r["MatrixSvd"] = small_matrices;
   r["MatrixQr"] = small_matrices;
 }

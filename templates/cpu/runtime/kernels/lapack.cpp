@@ -1,0 +1,341 @@
+// MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky, MatrixEigh and MatrixLuFactor
+// (planner/ops/linalg.py) through LAPACK in float32 (../lapack.h): the matrices of the batch
+// split between threads, each copied into its thread's part of the scratch and factored there
+// by one LAPACK call. (And LuPermutation, which reads LAPACK's pivots.)
+//
+// The tensors are row-major, LAPACK column-major: the LU ops copy A transposed, so that LAPACK
+// factors A itself, as torch does (the same pivots, the same info for a singular matrix);
+// Cholesky and eigh copy it as it is, A^T to LAPACK, whose upper triangle is A's lower one
+// (what torch reads): U^T U = A^T, and U read row-major is L.
+//
+// A factorization that fails (a zero pivot of LU, a leading minor that is not positive
+// definite, an eigensolver that does not converge) writes LAPACK's info to the `info` output
+// where the op has one; with attr `check` (torch's name of the op that raises) the step then
+// fails with torch's message (a StepError, after the parallel loop: an exception may not leave
+// an OpenMP region). Without either, the results hold what the factorization gives: inf or
+// NaN from a zero pivot, NaN from Cholesky's failing column on, NaN for an eigensolver failure.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../lapack.h"
+#include "../loops.h"
+
+namespace planner {
+namespace {
+
+enum class LapackOp { kInverse, kSolve, kSlogdet, kCholesky, kEigh, kLuFactor };
+
+// Floats of one matrix's workspace (an int32 pivot or iwork entry counts as one): the matrix,
+// then a solve's right-hand sides, the pivots and what the routine asks for. ops/linalg.py's
+// `_lapack_scratch` is the same count. n: the matrix's columns; k: a solve's right-hand sides,
+// an LU's rows.
+int64_t lapack_floats(LapackOp op, int64_t n, int64_t k) {
+  switch (op) {
+    case LapackOp::kSolve: return n * n + n * k + n;
+    case LapackOp::kInverse: return n * n + 2 * n;
+    case LapackOp::kSlogdet: return n * n + n;
+    case LapackOp::kLuFactor: return k * n + std::min(k, n);
+    case LapackOp::kCholesky: return n * n;
+    case LapackOp::kEigh: return 3 * n * n + 12 * n + 4;  // ssyevd: lwork, liwork for jobz V
+  }
+  return 0;
+}
+
+// torch's message for a failed factorization (aten's _linalg_check_errors), chosen as torch
+// chooses it, by the name of the op that raises.
+std::string torch_linalg_error(const std::string& api, int64_t batch_element, int info) {
+  const std::string where =
+      api + (batch_element >= 0 ? ": (Batch element " + std::to_string(batch_element) + ")" : "");
+  const std::string k = std::to_string(info);
+  if (api.find("inv") != std::string::npos)
+    return where + ": The diagonal element " + k +
+           " is zero, the inversion could not be completed because the input matrix is singular.";
+  if (api.find("solve") != std::string::npos)
+    return where + ": The solver failed because the input matrix is singular.";
+  if (api.find("cholesky") != std::string::npos)
+    return where + ": The factorization could not be completed because the input is not "
+                   "positive-definite (the leading minor of order " + k +
+           " is not positive-definite).";
+  if (api.find("lu_factor") != std::string::npos)
+    return where + ": U[" + k + "," + k + "] is zero and using it on lu_solve would result in "
+                   "a division by zero. If you still want to perform the factorization, "
+                   "consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)";
+  return where + ": the factorization failed (LAPACK info " + k + ")";
+}
+
+class LapackMatrices : public Kernel {
+ public:
+  explicit LapackMatrices(const Node& n, LapackOp op) : op_(op), threads_(n.threads) {
+    for (const auto& t : n.in)
+      if (t.dtype != F32) throw std::runtime_error(n.spec->op + std::string(": float32 tensors"));
+    const Shape& a = n.in[0].shape;
+    size_ = a.back();
+    for (size_t d = 0; d + 2 < a.size(); ++d) batch_ *= a[d];
+    batched_ = a.size() > 2;
+    columns_ = op == LapackOp::kSolve ? n.in[1].shape.back()
+               : op == LapackOp::kLuFactor ? a[a.size() - 2] : size_;  // LU: A's rows
+    transpose_ = op == LapackOp::kSolve && n.attrs.b("transpose");
+    upper_ = op == LapackOp::kEigh && n.attrs.has("upper") && n.attrs.b("upper");
+    if (n.attrs.has("check")) check_ = n.attrs.s("check");
+    a_ = n.in[0].id;
+    b_ = op == LapackOp::kSolve ? n.in[1].id : -1;
+    y_ = n.out[0].id;
+    y2_ = op == LapackOp::kSlogdet || op == LapackOp::kEigh ? n.out[1].id : -1;
+    pivots_ = op == LapackOp::kLuFactor ? n.out[1].id : -1;
+    const size_t info_at = op == LapackOp::kLuFactor ? 2 : 1;
+    info_ = y2_ < 0 && n.out.size() > info_at ? n.out[info_at].id : -1;
+    if (size_ > std::numeric_limits<int>::max() / std::max<int64_t>(size_, 1) / 4)
+      throw std::runtime_error("matrices of " + std::to_string(size_) +
+                               " rows are too large for LAPACK's 32-bit sizes");
+    failed_.assign(static_cast<size_t>(batch_), 0);
+    static const bool one_thread_each = [] {
+      PLANNER_LAPACK_JOIN(PLANNER_LAPACK_PREFIX, openblas_set_num_threads)(1);
+      return true;
+    }();
+    (void)one_thread_each;
+  }
+  size_t scratch_bytes() const override {
+    return sizeof(float) * static_cast<size_t>(threads_ * lapack_floats(op_, size_, columns_));
+  }
+  void run(const Run& r) override {
+    const float* a = r.at<float>(a_);
+    const float* b = b_ >= 0 ? r.at<float>(b_) : nullptr;
+    float* y = r.at<float>(y_);
+    float* y2 = y2_ >= 0 ? r.at<float>(y2_) : nullptr;
+    int32_t* pivots = pivots_ >= 0 ? r.at<int32_t>(pivots_) : nullptr;
+    float* work = reinterpret_cast<float*>(r.scratch);
+    const int64_t per = lapack_floats(op_, size_, columns_), batch = batch_, n = size_;
+    const int threads = std::max(1, std::min(r.threads, threads_));  // the scratch's parts
+    int* failed = failed_.data();
+#pragma omp parallel for num_threads(threads) if(batch > 1 && batch * n * n * n >= kGrain)
+    for (int64_t m = 0; m < batch; ++m)
+      failed[m] = one(m, a, b, y, y2, pivots, work + omp_get_thread_num() * per);
+    if (info_ >= 0) std::copy(failed_.begin(), failed_.end(), r.at<int32_t>(info_));
+    if (check_.empty()) return;
+    for (int64_t m = 0; m < batch; ++m)
+      if (failed[m] > 0) throw StepError(torch_linalg_error(check_, batched_ ? m : -1, failed[m]));
+  }
+
+ private:
+  // Matrix m: its outputs written, LAPACK's info returned.
+  int one(int64_t m, const float* a, const float* b, float* y, float* y2, int32_t* pivots,
+          float* w) const {
+    const int n = static_cast<int>(size_);
+    if (op_ == LapackOp::kLuFactor) return lu_factor(m, a, y, pivots, w);
+    a += m * size_ * size_;
+    if (op_ == LapackOp::kCholesky || op_ == LapackOp::kEigh) {
+      std::copy(a, a + size_ * size_, w);
+    } else {
+      for (int64_t i = 0; i < size_; ++i)
+        for (int64_t j = 0; j < size_; ++j) w[i + j * size_] = a[i * size_ + j];
+    }
+    switch (op_) {
+      case LapackOp::kSolve: return solve(m, b, y, w);
+      case LapackOp::kInverse: return inverse(m, y, w);
+      case LapackOp::kSlogdet: return slogdet(m, y, y2, w);
+      case LapackOp::kCholesky: return cholesky(m, y, w);
+      case LapackOp::kEigh: return eigh(m, y, y2, w);
+      case LapackOp::kLuFactor: break;
+    }
+    return n;
+  }
+
+  int solve(int64_t m, const float* b, float* y, float* w) const {
+    const int n = static_cast<int>(size_), k = static_cast<int>(columns_);
+    float* rhs = w + size_ * size_;
+    int* piv = reinterpret_cast<int*>(rhs + size_ * columns_);
+    b += m * size_ * columns_;
+    y += m * size_ * columns_;
+    for (int64_t i = 0; i < size_; ++i)
+      for (int64_t c = 0; c < columns_; ++c) rhs[i + c * size_] = b[i * columns_ + c];
+    int info = 0;
+    if (n > 0) PLANNER_LAPACK(sgetrf)(&n, &n, w, &n, piv, &info);
+    if (info == 0 && n > 0 && k > 0) {
+      const char trans = transpose_ ? 'T' : 'N';
+      int solved = 0;
+      PLANNER_LAPACK(sgetrs)(&trans, &n, &k, w, &n, piv, rhs, &n, &solved, 1);
+    }
+    const float bad = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < size_; ++i)
+      for (int64_t c = 0; c < columns_; ++c)
+        y[i * columns_ + c] = info == 0 ? rhs[i + c * size_] : bad;
+    return info;
+  }
+
+  int inverse(int64_t m, float* y, float* w) const {
+    const int n = static_cast<int>(size_);
+    int* piv = reinterpret_cast<int*>(w + size_ * size_);
+    float* extra = w + size_ * size_ + size_;
+    y += m * size_ * size_;
+    int info = 0;
+    if (n > 0) PLANNER_LAPACK(sgetrf)(&n, &n, w, &n, piv, &info);
+    if (info == 0 && n > 0) {
+      int inverted = 0;
+      PLANNER_LAPACK(sgetri)(&n, w, &n, piv, extra, &n, &inverted);
+    }
+    const float bad = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < size_; ++i)
+      for (int64_t j = 0; j < size_; ++j) y[i * size_ + j] = info == 0 ? w[i + j * size_] : bad;
+    return info;
+  }
+
+  int slogdet(int64_t m, float* sign, float* logabs, float* w) const {
+    const int n = static_cast<int>(size_);
+    int* piv = reinterpret_cast<int*>(w + size_ * size_);
+    int info = 0;
+    if (n > 0) PLANNER_LAPACK(sgetrf)(&n, &n, w, &n, piv, &info);
+    // det A = the permutation's sign times U's diagonal; a zero pivot: sign 0,
+    // log|det| -inf (torch's), a NaN one NaN
+    double s = 1, log_sum = 0;
+    for (int64_t i = 0; i < size_; ++i) {
+      const double d = w[i * size_ + i];
+      if (piv[i] != i + 1) s = -s;
+      s = d < 0 ? -s : d > 0 ? s : d == 0 ? 0.0 : d;
+      log_sum += std::log(std::fabs(d));
+    }
+    sign[m] = static_cast<float>(s);
+    logabs[m] = static_cast<float>(log_sum);
+    return 0;  // slogdet of a singular matrix is no failure
+  }
+
+  // torch.linalg.lu_factor of a rows x n matrix: L's strict lower part and U packed, the
+  // min(rows, n) 1-based pivots; a singular matrix's factors are written too (torch's
+  // lu_factor_ex gives them)
+  int lu_factor(int64_t m, const float* a, float* y, int32_t* pivots, float* w) const {
+    const int64_t rows = columns_, cols = size_, k = std::min(rows, cols);
+    const int r = static_cast<int>(rows), c = static_cast<int>(cols);
+    a += m * rows * cols;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) w[i + j * rows] = a[i * cols + j];
+    int* piv = reinterpret_cast<int*>(w + rows * cols);
+    int info = 0;
+    if (k > 0) PLANNER_LAPACK(sgetrf)(&r, &c, w, &r, piv, &info);
+    y += m * rows * cols;
+    pivots += m * k;
+    for (int64_t i = 0; i < k; ++i) pivots[i] = piv[i];
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) y[i * cols + j] = w[i + j * rows];
+    return info;
+  }
+
+  int cholesky(int64_t m, float* y, float* w) const {
+    const int n = static_cast<int>(size_);
+    int info = 0;
+    if (n > 0) PLANNER_LAPACK(spotrf)("U", &n, w, &n, &info, 1);
+    y += m * size_ * size_;
+    // L = U^T: U's upper triangle, column-major, read row-major; from a failing minor's column
+    // on, NaN (what the reference gives, LAPACK leaves that part half done)
+    const int64_t good = info > 0 ? info - 1 : size_;
+    const float bad = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < size_; ++i)
+      for (int64_t j = 0; j < size_; ++j)
+        y[i * size_ + j] = j > i ? 0.0f : j < good ? w[i * size_ + j] : bad;
+    return info;
+  }
+
+  int eigh(int64_t m, float* values, float* vectors, float* w) const {
+    const int n = static_cast<int>(size_);
+    float* lambda = w + size_ * size_;
+    float* work = lambda + size_;
+    const int lwork = static_cast<int>(1 + 6 * size_ + 2 * size_ * size_);
+    int* iwork = reinterpret_cast<int*>(work + lwork);
+    const int liwork = static_cast<int>(3 + 5 * size_);
+    int info = 0;
+    // A's lower triangle is A^T's upper one (torch's UPLO 'L'; 'U' reads the other)
+    if (n > 0)
+      PLANNER_LAPACK(ssyevd)("V", upper_ ? "L" : "U", &n, w, &n, lambda, work, &lwork, iwork,
+                             &liwork, &info, 1, 1);
+    values += m * size_;
+    vectors += m * size_ * size_;
+    const float bad = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t j = 0; j < size_; ++j) {
+      const float* z = w + j * size_;  // eigenvector j, a column of Z
+      // signed so that its entry of largest magnitude (the first such) is positive, as the
+      // reference signs numpy's: LAPACK's sign is its own choice
+      int64_t top = 0;
+      for (int64_t i = 1; i < size_; ++i)
+        if (std::fabs(z[i]) > std::fabs(z[top])) top = i;
+      const float flip = z[top] < 0 ? -1.0f : 1.0f;
+      values[j] = info == 0 ? lambda[j] : bad;
+      for (int64_t i = 0; i < size_; ++i)
+        vectors[i * size_ + j] = info == 0 ? flip * z[i] : bad;
+    }
+    return info;
+  }
+
+  LapackOp op_;
+  int threads_;
+  int64_t size_ = 0, batch_ = 1, columns_ = 0;
+  bool batched_ = false, transpose_ = false, upper_ = false;
+  std::string check_;
+  int a_, b_, y_, y2_, pivots_, info_;
+  std::vector<int> failed_;  // per matrix, LAPACK's info of the last step
+};
+
+// (named factories, not a template: codegen/backends.py reads the registrations below)
+KernelPtr lapack_kernel(const Node& n, LapackOp op) {
+  return std::make_unique<LapackMatrices>(n, op);
+}
+KernelPtr lapack_inverse(const Node& n) { return lapack_kernel(n, LapackOp::kInverse); }
+KernelPtr lapack_solve(const Node& n) { return lapack_kernel(n, LapackOp::kSolve); }
+KernelPtr lapack_slogdet(const Node& n) { return lapack_kernel(n, LapackOp::kSlogdet); }
+KernelPtr lapack_cholesky(const Node& n) { return lapack_kernel(n, LapackOp::kCholesky); }
+KernelPtr lapack_eigh(const Node& n) { return lapack_kernel(n, LapackOp::kEigh); }
+KernelPtr lapack_lu_factor(const Node& n) { return lapack_kernel(n, LapackOp::kLuFactor); }
+
+// LuPermutation: P (A's rows square) of A = P L U from the 1-based pivots (row k swapped with
+// row pivots[k] - 1, in order): P[order[j]][j] = 1 for the rows' order after the swaps. A
+// pivot out of range is a StepError (pivots fed from outside the step).
+class LuPermutationKernel : public Kernel {
+ public:
+  explicit LuPermutationKernel(const Node& n)
+      : piv_(n.in[0].id), p_(n.out[0].id), count_(n.in[0].shape.back()),
+        size_(n.out[0].shape.back()) {
+    if (n.in[0].dtype != I32 || n.out[0].dtype != F32)
+      throw std::runtime_error("LuPermutation: int32 pivots to a float32 matrix");
+    batch_ = size_ > 0 ? n.out[0].size() / (size_ * size_) : 0;
+    order_.resize(static_cast<size_t>(size_));
+  }
+  void run(const Run& r) override {
+    const int32_t* piv = r.at<int32_t>(piv_);
+    float* p = r.at<float>(p_);
+    std::fill(p, p + batch_ * size_ * size_, 0.0f);
+    for (int64_t m = 0; m < batch_; ++m, piv += count_, p += size_ * size_) {
+      for (int64_t i = 0; i < size_; ++i) order_[i] = i;
+      for (int64_t k = 0; k < count_; ++k) {
+        if (piv[k] < 1 || piv[k] > size_)
+          throw StepError("pivot " + std::to_string(piv[k]) + " out of range [1, " +
+                          std::to_string(size_) + "]");
+        std::swap(order_[k], order_[piv[k] - 1]);
+      }
+      for (int64_t j = 0; j < size_; ++j) p[order_[j] * size_ + j] = 1.0f;
+    }
+  }
+
+ private:
+  int piv_, p_;
+  int64_t count_, size_, batch_ = 0;  // pivots, P's rows
+  std::vector<int64_t> order_;
+};
+
+KernelPtr lu_permutation(const Node& n) { return std::make_unique<LuPermutationKernel>(n); }
+
+}  // namespace
+
+PLANNER_REGISTER_KERNELS(lapack) {
+  // (int32: the `info` output of a factorization that may fail)
+  r["MatrixInverse"] = {lapack_inverse, "float32|float32,int32"};
+  r["MatrixSolve"] = {lapack_solve, "float32|float32,int32"};
+  r["MatrixSlogdet"] = lapack_slogdet;
+  r["Cholesky"] = {lapack_cholesky, "float32|float32,int32"};
+  r["MatrixEigh"] = lapack_eigh;
+  r["MatrixLuFactor"] = {lapack_lu_factor, "float32|float32,int32"};
+  r["LuPermutation"] = {lu_permutation, "int32,float32"};
+}
+
+}  // namespace planner

@@ -1,0 +1,158 @@
+"""torch.linalg's solve, cholesky, inv, slogdet, eigh, lu_factor, lu_solve and lu on the CPU
+executor, whose kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp):
+forward and gradients against torch in float32 and float64 (within 10x torch's own float32
+error plus 16 ulps: both factor in float32, each with an error that grows with the matrix's
+condition number, which these cases keep below about 100), torch's error at step time for a
+matrix that does not factor, and layers solving a small SPD system and a flow's LU-factored
+linear map trained through planner.torch.trainer as PyTorch trains them."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from tests.importers.opinfo_cases import compare  # noqa: E402
+from tests.importers.torch_step import Step, mismatches  # noqa: E402
+
+
+class Factorizations(torch.nn.Module):
+    """Each op on a matrix made from parameters: SPD ones for cholesky and eigh (eigenvectors
+    read through V diag(f(L)) V^T, which does not depend on their signs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.a = torch.nn.Parameter(torch.randn(2, 4, 4, generator=g) + 3 * torch.eye(4))
+        self.b = torch.nn.Parameter(torch.randn(2, 4, 3, generator=g))
+
+    def forward(self):
+        spd = self.a @ self.a.mT + torch.eye(4)
+        w, v = torch.linalg.eigh(spd)
+        sign, logabs = torch.linalg.slogdet(self.a)
+        lu, pivots = torch.linalg.lu_factor(self.a)
+        p, low, up = torch.linalg.lu(self.a)
+        wide_p, wide_low, wide_up = torch.linalg.lu(self.b.mT)  # 3 x 4
+        return (torch.linalg.solve(self.a, self.b), torch.linalg.cholesky(spd),
+                torch.linalg.inv(self.a), sign * logabs, w, (v * w.sqrt().unsqueeze(-2)) @ v.mT,
+                torch.linalg.solve(self.a.mT, self.b), lu,
+                torch.linalg.lu_solve(lu, pivots, self.b), p @ low, up,
+                torch.linalg.lu_factor(self.b).LU, wide_p @ wide_low, wide_up)
+
+
+def _eager(module, cotangents, dtype):
+    m = copy.deepcopy(module).to(dtype)
+    outs = m()
+    torch.autograd.backward(outs, [c.to(dtype) for c in cotangents])
+    return ([o.detach().numpy() for o in outs],
+            {k: p.grad.numpy() for k, p in m.named_parameters()})
+
+
+def test_cpu_executor_matches_torch_forward_and_backward():
+    module = Factorizations()
+    g = torch.Generator().manual_seed(5)
+    shapes = [o.shape for o in module()]
+    cotangents = [torch.randn(*s, generator=g) for s in shapes]
+    (o32, g32), (o64, g64) = (_eager(module, cotangents, d) for d in (torch.float32,
+                                                                     torch.float64))
+    mine = copy.deepcopy(module)
+    outs = torch.compile(mine, backend="planner", options={"fallback": False})()
+    torch.autograd.backward(outs, cotangents)
+    for k, out in enumerate(outs):
+        assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
+    for name, p in mine.named_parameters():
+        assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+
+
+class Whitened(torch.nn.Module):
+    """A layer that solves a small SPD system: K = L L^T + I from a parameter, x -> K^-1 x by
+    its Cholesky factor (cholesky, then two triangular solves as one torch.linalg.solve), and
+    a log-determinant term, as a Gaussian-process layer's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.low = torch.nn.Parameter(0.3 * torch.randn(6, 6))
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        k = self.low @ self.low.T + torch.eye(6)
+        factor = torch.linalg.cholesky(k)
+        solved = torch.linalg.solve(k, x.T).T
+        logdet = 2 * torch.log(torch.diagonal(factor)).sum()
+        return self.head(solved) + 0.01 * logdet
+
+
+def _train_eager(model, batches, dtype, lr):
+    model = copy.deepcopy(model).to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for x, y in batches:
+        opt.zero_grad()
+        value = F.cross_entropy(model(x.to(dtype)), y)
+        value.backward()
+        opt.step()
+    return Step(float(value.detach()), {k: v.detach().numpy().copy()
+                                        for k, v in model.state_dict().items()})
+
+
+class LuFlow(torch.nn.Module):
+    """A normalising-flow step of an invertible linear map W: z = W^-1 x by W's LU factors
+    (lu_factor, lu_solve), log|det W| from U's diagonal, as a flow's likelihood reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 6) / 3 + torch.eye(6))
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        lu, pivots = torch.linalg.lu_factor(self.w)
+        z = torch.linalg.lu_solve(lu, pivots, x.T).T
+        logdet = torch.log(torch.diagonal(lu).abs()).sum()
+        return self.head(z) - 0.01 * logdet
+
+
+@pytest.mark.parametrize("model", [Whitened, LuFlow])
+def test_linear_algebra_layers_train_as_pytorch(model, tmp_path):
+    from planner.torch import trainer
+
+    torch.manual_seed(0)
+    model = model()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g))
+               for _ in range(4)]
+    lr = 0.1
+    t = trainer(copy.deepcopy(model), (batches[0][0],), loss=F.cross_entropy,
+                labels=batches[0][1], optimizer="sgd", lr=lr, out_dir=tmp_path)
+    for x, y in batches:
+        value = t.step(x, y)
+    ours = Step(value, {k: np.asarray(v) for k, v in t.params().items()})
+    f32 = _train_eager(model, batches, torch.float32, lr)
+    f64 = _train_eager(model, batches, torch.float64, lr)
+    assert not mismatches(ours, f32, f64, set(f64.state))
+    square = "low" if isinstance(model, Whitened) else "w"
+    assert not np.allclose(ours.state[square], model.state_dict()[square].numpy())  # it trained
+
+
+class Factor(torch.nn.Module):
+    def forward(self, a, m):
+        return torch.linalg.cholesky(a).sum() + torch.linalg.inv(m).sum()
+
+
+def test_a_matrix_that_does_not_factor_is_torchs_error_at_step_time():
+    """The executor raises torch's message (naming the op) and goes on: the next step, of
+    matrices that factor, is torch's."""
+    compiled = torch.compile(Factor(), backend="planner", options={"fallback": False})
+    good, m = torch.eye(3).expand(2, 3, 3) * 2, torch.eye(3) + 0.5
+    assert float(compiled(good, m)) == pytest.approx(float(Factor()(good, m)), rel=1e-6)
+    not_positive_definite = good.clone()
+    not_positive_definite[1, 2, 2] = -1.0
+    for a, b in ((not_positive_definite, m), (good, torch.zeros(3, 3))):
+        with pytest.raises(Exception) as want:
+            Factor()(a, b)
+        with pytest.raises(RuntimeError) as got:
+            compiled(a, b)
+        assert str(want.value).splitlines()[0] in str(got.value)
+    assert float(compiled(good, m)) == pytest.approx(float(Factor()(good, m)), rel=1e-6)
