@@ -273,3 +273,57 @@ def test_child_forked_mid_step_answers(model, trained):
             assert TORN in stepped and "\n" not in stepped, stepped
         else:
             assert np.isfinite(stepped)
+
+
+def test_python_threads_in_the_child(model, trained):
+    """Threads a forked child starts call the compiled model (no grad, and a training forward)
+    and the trainer's evaluation at once, while a parent thread held the backend's
+    executor-pool locks at the fork: every call
+    returns the parent's bits (the child's worker thread takes the calls one at a time; the
+    locks are made anew in the child)."""
+    from planner.torch.executors import _POOLS
+
+    x, y = inputs(2)
+
+    def all_calls():
+        with torch.no_grad():
+            out = model(x).clone()
+        # A training forward leases a pooled executor (its arena kept for the backward).
+        return out, model(x).detach().clone(), trained.evaluate(x, y)
+
+    expected = all_calls()
+    pools = list(_POOLS.values())
+    assert pools, "the compiled model made no executor pool"
+    held, let_go = threading.Event(), threading.Event()
+
+    def holder():
+        for pool in pools:
+            pool._lock.__enter__()
+        held.set()
+        let_go.wait()
+        for pool in pools:
+            pool._lock.__exit__(None, None, None)
+
+    def child():
+        got = [None] * 4
+
+        def call(k):
+            got[k] = all_calls()
+
+        threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return got
+
+    keeper = threading.Thread(target=holder)
+    keeper.start()
+    held.wait()
+    try:
+        got = answered(in_fork(child))
+    finally:
+        let_go.set()
+        keeper.join()
+    for each in got:
+        same(each, expected)
