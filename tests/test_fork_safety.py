@@ -8,7 +8,11 @@ in the parent). The child runs an inherited executor's ops one at a time, each o
 team, with the kernels the parent made: the serial reference the lanes' run equals, so the
 expected results are the parent's exact bits, not a tolerance (docs/executor.md: the ops are
 the same kernels on the same thread counts, and every schedule computes the main schedule's
-bits). Each wait has a deadline, so a regression fails here instead of hanging the suite.
+bits). Also: threads the child starts, with the backend's locks held by a parent thread at the
+fork; a grandchild; children forked while another thread steps an executor (that executor is
+refused there in one line, the rest runs). Each wait has a deadline, so a regression fails
+here instead of hanging the suite (a child that starts a team of two from the forking thread,
+or finds a parent thread's lock held, does hang: both were checked against this file).
 """
 
 from __future__ import annotations
@@ -327,3 +331,24 @@ def test_python_threads_in_the_child(model, trained):
         keeper.join()
     for each in got:
         same(each, expected)
+
+
+def test_grandchild(trained):
+    """A child that ran the trainer's executor (its worker thread and teams made) forks again:
+    the grandchild's step is the parent's too (the child's worker stayed in the child)."""
+    built = trained.shapes.primary
+    ex = built.executor
+    x, y = inputs(6)
+    feeds = {t.name: a for t, a in zip(built.feeds, [x.numpy(), y.numpy()], strict=True)}
+    state = ex.params()
+
+    def step():
+        return {k: np.array(v) for k, v in ex.step(feeds).items()}, ex.params()
+
+    def child():
+        evaluation = ex.evaluate(feeds)  # the child's worker runs it
+        return evaluation, answered(in_fork(step))
+
+    expected = (ex.evaluate(feeds), step())
+    ex.load_params(state)
+    same(answered(in_fork(child)), expected)
