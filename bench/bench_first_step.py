@@ -43,8 +43,9 @@ ENGINES = ("eager", "inductor", "inductor-dynamic", "planner", "trainer")
 
 
 def packages(cache: Path) -> set[str]:
+    """The executor packages in `cache` (folders: not their .lock and .use files beside)."""
     folder = cache / "packages"
-    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    return {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
 
 
 def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict,

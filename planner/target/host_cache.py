@@ -19,12 +19,18 @@ planner.costs.host_costs): each figure (a bandwidth, a GEMM rate) records the lo
 measured (`loads`: planner.target.load.CpuClock.load, the other processes' runnable threads per
 logical CPU, from their CPU time and from the wait for a CPU this process's own CPU time shows)
 and when (`dates`), and `keep` decides, figure by figure, what is kept: a quiet figure (load <=
-BUSY) replaces the kept one; a busy one replaces only a busy one it beats (other processes only
-ever slow a measurement down) and never a quiet one. An entry with a busy figure (or from
-before loads were recorded) is measured again by the first detection that finds the machine
-quiet. `planner target detect` at load 8 once recorded a float32 peak of 54 GFLOP/s on a host
-whose ResNet-50 step ran at 202 (issue 60); at load 12, 114 against 300 without neighbours,
-labelled "at load 0.90": the others' CPU share, which cannot pass the CPUs there are (issue 89).
+BUSY) replaces a busy one (any kept one where `planner target detect` measures again on
+purpose); a busy one replaces only a busy one it beats (other processes only ever slow a
+measurement down) and never a quiet one. An entry with a busy figure (or from before loads
+were recorded) is measured again by the first detection that finds the machine quiet, at
+most once in REMEASURE_SECONDS (`checked`), and then only its busy figures can change: a
+figure that reads busy on a quiet machine (a bfloat16 GEMM whose own threads are counted)
+once cost every process's start a measurement (5 s on the 2-core VM) and, its quiet figures
+measured again with their noise, moved the host's digest and so every plan's package name
+from one process to the next. `planner target detect` at load 8 once recorded a float32 peak
+of 54 GFLOP/s on a host whose ResNet-50 step ran at 202 (issue 60); at load 12, 114 against
+300 without neighbours, labelled "at load 0.90": the others' CPU share, which cannot pass the
+CPUs there are (issue 89).
 
 The values kept are rounded to two significant figures (12.3 GB/s -> 12 GB/s, 146 GFLOP/s ->
 150 GFLOP/s): run-to-run noise is a few percent, and a plan made from a re-measured entry
@@ -39,13 +45,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from planner.errors import UserError
 from planner.io.write import atomic_write, cache_root, folder_lock_if_writable
@@ -77,6 +84,10 @@ class HostMeasurement(Record):
     # `load` and `date` (an entry from before figures had their own).
     loads: dict[str, float] = {}
     dates: dict[str, str] = {}
+    # When a busy entry was last measured again because the machine looked quiet (ISO date;
+    # None: never): a figure that reads busy on a quiet machine (its own threads counted) is
+    # then not measured again at every process's start (REMEASURE_SECONDS).
+    checked: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def rounded(self) -> HostMeasurement:
         return self.model_copy(update={k: two_figures(v) for k, v in self.__dict__.items()
@@ -107,10 +118,15 @@ RATES = ("core_bandwidth", "memory_bandwidth", "gemm_flops_all_cores", "gemm_flo
          "gemm_bf16_flops")
 
 
-def keep(kept: HostMeasurement | None, new: HostMeasurement) -> HostMeasurement:
+def keep(kept: HostMeasurement | None, new: HostMeasurement, refresh: bool = True
+         ) -> HostMeasurement:
     """What is kept of `kept` once `new` is measured (module docstring), figure by figure: a
-    quiet figure replaces the kept one, a busy one never replaces a quiet one, and of two busy
+    quiet figure replaces a busy one (and, with `refresh`, `planner target detect`'s, a quiet
+    one too: measured again on purpose), a busy one never replaces a quiet one, and of two busy
     ones the larger is kept, with its load and date. `kept` itself where no figure changed.
+    Without `refresh` (a busy entry measured again because the machine looks quiet) a quiet
+    figure stays as it is: the host's figures, and so its plans, do not move from one
+    process to the next with a quiet measurement's noise.
     GEMM rates of another library (torch, numpy) are not compared: `new` replaces a busy
     `kept` whole, and never a quiet one.
 
@@ -126,7 +142,7 @@ def keep(kept: HostMeasurement | None, new: HostMeasurement) -> HostMeasurement:
         return new
     if new.gemm != kept.gemm:
         return new if kept.busy or not new.busy else kept
-    taken = [f for f in RATES if _replaces(kept, new, f)]
+    taken = [f for f in RATES if _replaces(kept, new, f, refresh)]
     if not taken:
         return kept
     if all(f in taken or getattr(kept, f) == 0 for f in RATES):
@@ -142,16 +158,40 @@ def keep(kept: HostMeasurement | None, new: HostMeasurement) -> HostMeasurement:
         "load": max(known.values()) if len(known) == len(loads) else None})
 
 
-def _replaces(kept: HostMeasurement, new: HostMeasurement, figure: str) -> bool:
-    """Whether `new`'s `figure` replaces `kept`'s: quiet, or busy and faster than a busy (or
-    unmeasured) one; an unmeasured one (0) never does, nor the same figure read twice."""
+def _replaces(kept: HostMeasurement, new: HostMeasurement, figure: str,
+              refresh: bool = True) -> bool:
+    """Whether `new`'s `figure` replaces `kept`'s: quiet (over a busy or unmeasured one, or
+    any with `refresh`), or busy and faster than a busy (or unmeasured) one; an unmeasured one
+    (0) never does, nor the same figure read twice."""
     value, was = getattr(new, figure), getattr(kept, figure)
     if value == 0 or (value, new.load_of(figure), new.date_of(figure)) == (
             was, kept.load_of(figure), kept.date_of(figure)):
         return False
+    open_to = was == 0 or kept.busy_figure(figure)
     if not new.busy_figure(figure):
+        return refresh or open_to
+    return open_to and value > was
+
+
+# How long a busy entry measured again when quiet is left as it is before the next try.
+REMEASURE_SECONDS = 3600.0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _due(kept: HostMeasurement) -> bool:
+    """Whether a busy entry may be measured again: never tried when quiet, or not for
+    REMEASURE_SECONDS (an unreadable date: due)."""
+    if kept.checked is None:
         return True
-    return (was == 0 or kept.busy_figure(figure)) and value > was
+    try:
+        then = datetime.datetime.strptime(kept.checked, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.UTC)
+    except ValueError:
+        return True
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds() > REMEASURE_SECONDS
 
 
 def two_figures(x: float) -> float:
@@ -194,9 +234,11 @@ def kept_measurement(key: str, measure: Callable[[], HostMeasurement],
             if not refresh:
                 raise
             kept = None  # measuring again replaces an entry that is not one
-        if kept is not None and not refresh and not (kept.busy and quiet()):
+        if kept is not None and not refresh and not (kept.busy and _due(kept) and quiet()):
             return kept
-        measured = keep(kept, measure().rounded())
+        measured = keep(kept, measure().rounded(), refresh or kept is None)
+        if kept is not None and not refresh:
+            measured = measured.model_copy(update={"checked": _now()})
         if measured is not kept:
             with contextlib.suppress(OSError):  # a read-only cache: this run's numbers
                 atomic_write(path, measured.model_dump_json(indent=2) + "\n")

@@ -72,8 +72,29 @@ def test_a_busy_only_figure_is_measured_again_when_quiet(cache):
                                     "loads": {f: 0.0 for f in KEPT.loads},
                                     "dates": {f: LATE for f in KEPT.dates}})
     again = kept_measurement("m", lambda: quiet, quiet=lambda: True)
-    assert again == quiet and not again.busy
-    assert kept_measurement("m", lambda: pytest.fail("measured"), quiet=lambda: True) == quiet
+    assert not again.busy and again.checked is not None
+    assert (again.gemm_flops_all_cores, again.date_of("gemm_flops_all_cores")) == (2.7e11, LATE)
+    # The figures kept quiet stay as they were: a quiet measurement's noise does not move them
+    # (nor the host's plans) from one process to the next; only `planner target detect`
+    # (refresh) measures them again on purpose.
+    for figure in ("core_bandwidth", "memory_bandwidth", "gemm_flops_one_core"):
+        assert (getattr(again, figure), again.date_of(figure)) == (getattr(KEPT, figure), EARLY)
+    assert kept_measurement("m", lambda: pytest.fail("measured"), quiet=lambda: True) == again
+    assert kept_measurement("m", lambda: quiet, refresh=True).date_of("core_bandwidth") == LATE
+
+
+def test_a_figure_that_reads_busy_on_a_quiet_machine_is_not_measured_at_every_start(cache):
+    # A bfloat16 GEMM whose own threads make it read busy however quiet the machine is: one
+    # try when quiet, then left as it is for REMEASURE_SECONDS.
+    busy_bf16 = KEPT.model_copy(update={
+        "gemm_bf16_flops": 1e12, "loads": {**{f: 0.0 for f in KEPT.loads},
+                                           "gemm_bf16_flops": 1.0},
+        "dates": {**KEPT.dates, "gemm_bf16_flops": EARLY}})
+    kept_measurement("m", lambda: busy_bf16)
+    tried = kept_measurement("m", lambda: busy_bf16.model_copy(update={"date": LATE}),
+                             quiet=lambda: True)
+    assert tried.busy and tried.checked is not None
+    assert kept_measurement("m", lambda: pytest.fail("measured"), quiet=lambda: True) == tried
 
 
 def fake_machine(monkeypatch, load: float, stretch: float) -> None:
