@@ -280,7 +280,11 @@ def _at_exit() -> None:
     with _LOCK:
         _advance()
         going = [j for j in _RUNNING if j.process is not None]
-        for rest in _merged(_QUEUE):
+        rests = _merged(_QUEUE)
+        if rests:  # the last child plans the running job's graphs again too: what it measures
+            # (a busy entry measured again quiet) can move the prices they read
+            rests[-1].replans = [r for j in going for r in j.replans] + rests[-1].replans
+        for rest in rests:
             _start(rest, going[-1].process.pid if going else None)
             going.append(rest)
         _QUEUE.clear()
