@@ -1,7 +1,6 @@
 #include "executor.h"
 
 #include <omp.h>
-#include <pthread.h>
 
 #include "granted.h"
 
@@ -28,22 +27,9 @@ namespace planner {
 // then spin libgomp's default milliseconds on the CPU another lane's thread waits for (a
 // transformer encoder's main schedule 7.7 -> 10.3 ms): the caller's team is left as it is.
 // Inside a parallel region (an executor called from an OpenMP thread) nothing is let go.
-// In a forked child the calling thread's pool may be the parent's copy, whose workers are not
-// there to let go (the pause would wait for them): nothing is let go.
 static void release_callers_team(const Lanes& lanes) {
-  if (!lanes.shares_cpus() && omp_get_level() == 0 && !forked_child())
-    omp_pause_resource_all(omp_pause_soft);
+  if (!lanes.shares_cpus() && omp_get_level() == 0) omp_pause_resource_all(omp_pause_soft);
 }
-
-namespace {
-// In a forked child, the forking thread's OpenMP regions run one thread each: its pool is the
-// parent's copy, and a larger team started from it waits forever for workers that stayed in
-// the parent (PyTorch's ops on that thread too: a DataLoader worker sets one thread itself, a
-// bare os.fork child does not). Threads made in the child start teams of any size, and the
-// executor runs its ops there (run_off_inherited_pool).
-[[maybe_unused]] const int one_thread_after_fork =
-    pthread_atfork(nullptr, nullptr, [] { omp_set_num_threads(1); });
-}  // namespace
 
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
                    double watchdog_seconds, bool adaptive, const Concrete* concrete,
@@ -89,19 +75,17 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
     lanes_ = std::make_unique<Lanes>(s, [this](int k) { create(k); }, [this](int k) { run(k); },
                                      jitter_us);
   } else {
-    run_off_inherited_pool([this, &s] {
-      int saved_threads = omp_get_max_threads();
-      try {
-        for (int k = 0; k < s.num_ops; ++k) {
-          omp_set_num_threads(kernel_threads(s.ops[k]));
-          create(k);
-        }
-      } catch (...) {
-        omp_set_num_threads(saved_threads);
-        throw;
+    int saved_threads = omp_get_max_threads();
+    try {
+      for (int k = 0; k < s.num_ops; ++k) {
+        omp_set_num_threads(kernel_threads(s.ops[k]));
+        create(k);
       }
+    } catch (...) {
       omp_set_num_threads(saved_threads);
-    });
+      throw;
+    }
+    omp_set_num_threads(saved_threads);
   }
   // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
   // of its own (never shared: ops may run at the same time).
@@ -299,16 +283,7 @@ void Executor::check_feeds() {
   check_fed_values(loaded_, kernels_, Run{ptr_.data(), nullptr, stream_.get(), 1});
 }
 
-Executor::~Executor() {
-  if (inherited()) {
-    // A forked child's copy: its lanes' threads are in the parent; destroying the lanes would
-    // wait for them forever. Their memory is the child's, freed with the process.
-    (void)lanes_.release();
-    for (auto& v : variants_)
-      if (v) (void)v->lanes.release();
-  }
-  finish_async();
-}
+Executor::~Executor() { finish_async(); }
 
 Evaluation& Executor::evaluation() {
   if (!evaluation_)
@@ -331,7 +306,7 @@ void Executor::set_concurrent(bool on) {
                                   "one at a time (concurrent=False); it has no lanes");
     return;
   }
-  if (!on && on_lanes_ && last_lanes_ != nullptr && !inherited()) last_lanes_->release_teams();
+  if (!on && on_lanes_ && last_lanes_ != nullptr) last_lanes_->release_teams();
   if (!on) last_lanes_ = nullptr;
   on_lanes_ = on;
 }
@@ -340,7 +315,7 @@ void Executor::run_step() {
   pass_ += 1;
   step_began_ = std::chrono::steady_clock::now();
   micro_batch_only_ = micro_batch_only();
-  if (live_lanes() && on_lanes_) {
+  if (lanes_ && on_lanes_) {
     try {
       int chosen = choice_.before_step(granted_cores());
       Lanes& lanes = chosen == 0 ? *lanes_ : variant_lanes(chosen - 1);
@@ -359,10 +334,6 @@ void Executor::run_step() {
     steps_ += 1;
     return;
   }
-  run_off_inherited_pool([this] { run_serial(); });
-}
-
-void Executor::run_serial() {
   const Schedule& s = schedule();
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
