@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tests.importers.opinfo_cases import compare  # noqa: E402
-from tests.importers.torch_step import Step, mismatches  # noqa: E402
+from tests.importers.torch_step import Step, mismatches, sgd_run  # noqa: E402
 
 
 class Factorizations(torch.nn.Module):
@@ -86,17 +86,6 @@ class Whitened(torch.nn.Module):
         return self.head(solved) + 0.01 * logdet
 
 
-def _train_eager(model, batches, dtype, lr):
-    model = copy.deepcopy(model).to(dtype)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, y in batches:
-        opt.zero_grad()
-        value = F.cross_entropy(model(x.to(dtype)), y)
-        value.backward()
-        opt.step()
-    return Step(float(value.detach()), {k: v.detach().numpy().copy()
-                                        for k, v in model.state_dict().items()})
-
 
 class LuFlow(torch.nn.Module):
     """A normalising-flow step of an invertible linear map W: z = W^-1 x by W's LU factors
@@ -129,8 +118,8 @@ def test_linear_algebra_layers_train_as_pytorch(model, tmp_path):
     for x, y in batches:
         value = t.step(x, y)
     ours = Step(value, {k: np.asarray(v) for k, v in t.params().items()})
-    f32 = _train_eager(model, batches, torch.float32, lr)
-    f64 = _train_eager(model, batches, torch.float64, lr)
+    f32 = sgd_run(model, batches, torch.float32, lr)
+    f64 = sgd_run(model, batches, torch.float64, lr)
     assert not mismatches(ours, f32, f64, set(f64.state))
     square = "low" if isinstance(model, Whitened) else "w"
     assert not np.allclose(ours.state[square], model.state_dict()[square].numpy())  # it trained

@@ -116,6 +116,20 @@ def torch_step(model: nn.Module, x: np.ndarray, labels: np.ndarray, dtype: torch
     return Step(float(loss.detach()), state)
 
 
+def sgd_run(model: nn.Module, batches, dtype: torch.dtype, lr: float) -> Step:
+    """PyTorch's run of plain SGD on cross-entropy over `batches` ((x, labels) pairs) in
+    `dtype`, on a copy of `model`: the last loss and the state_dict after it."""
+    model = copy.deepcopy(model).to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for x, y in batches:
+        opt.zero_grad()
+        value = nn.functional.cross_entropy(model(x.to(dtype)), y)
+        value.backward()
+        opt.step()
+    return Step(float(value.detach()), {k: v.detach().numpy().copy()
+                                        for k, v in model.state_dict().items()})
+
+
 def with_planner_dropout(model: nn.Module) -> nn.Module:
     """`model` with each nn.Dropout replaced by PlannerDropout (the k-th: seed k), in place."""
     seeds = iter(range(1, 1 << 16))

@@ -21,7 +21,7 @@ F = torch.nn.functional
 
 from planner.ops import get_op  # noqa: E402
 from tests.importers.opinfo_cases import check_call, compare  # noqa: E402
-from tests.importers.torch_step import Step, mismatches  # noqa: E402
+from tests.importers.torch_step import Step, mismatches, sgd_run  # noqa: E402
 
 COMBOS = list(itertools.product(("bilinear", "nearest"), ("zeros", "border", "reflection"),
                                 (False, True)))
@@ -146,17 +146,6 @@ class SpatialTransformer(torch.nn.Module):
                                        align_corners=False))
 
 
-def _train_eager(model, batches, dtype, lr):
-    model = copy.deepcopy(model).to(dtype)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, y in batches:
-        opt.zero_grad()
-        value = F.cross_entropy(model(x.to(dtype)), y)
-        value.backward()
-        opt.step()
-    return Step(float(value.detach()), {k: v.detach().numpy().copy()
-                                        for k, v in model.state_dict().items()})
-
 
 @pytest.mark.parametrize("padding", ["zeros", "reflection"])
 def test_spatial_transformer_trains_as_pytorch(padding, tmp_path):
@@ -173,8 +162,8 @@ def test_spatial_transformer_trains_as_pytorch(padding, tmp_path):
     for x, y in batches:
         value = t.step(x, y)
     ours = Step(value, {k: np.asarray(v) for k, v in t.params().items()})
-    f32 = _train_eager(model, batches, torch.float32, lr)
-    f64 = _train_eager(model, batches, torch.float64, lr)
+    f32 = sgd_run(model, batches, torch.float32, lr)
+    f64 = sgd_run(model, batches, torch.float64, lr)
     assert not mismatches(ours, f32, f64, set(f64.state))
     # the warp trained: theta's layer moved
     assert not np.allclose(ours.state["loc.4.bias"], model.loc[-1].bias.detach().numpy())
