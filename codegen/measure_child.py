@@ -9,7 +9,9 @@ first) and groupK.feeds.npz (example feeds for the contention fit), and per repl
 replanK.json (measure_later.Replan: a plan to make and build from the measurements, found by
 the next process by its name). The folder is removed at the end; on failure it is left, with
 log.txt, for the parent to read, unless the parent is gone. AFTER_PID: a child started as its
-parent ended, which waits for that process (the child before it) to end first.
+parent ended (0: none to wait for), which waits for that process (the child before it) to end
+first. The replans are built by a child whose parent is gone or that its parent started at its
+end: a parent still running plans the same graphs itself when it sees the job end.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import warnings
 from pathlib import Path
 
 
-def measure(folder: Path) -> None:
+def measure(folder: Path, parent: int, at_exit: bool) -> None:
     import numpy as np
 
     from codegen.build import runtime_key
@@ -47,7 +49,10 @@ def measure(folder: Path) -> None:
         host_table(graphs, target, measure_signatures, progress=sys.stdout, corun=corun,
                    kernels=runtime_key())
         k += 1
-    build_ahead(folder, target)
+    if at_exit or os.getppid() != parent:
+        # A parent still running plans these graphs again itself when it sees the job end
+        # (and builds them); its last child builds what it leaves, after it ends.
+        build_ahead(folder, target)
 
 
 def build_ahead(folder: Path, target) -> None:
@@ -83,10 +88,11 @@ def main(argv: list[str]) -> int:
     # The lowest priority, set here rather than between the parent's fork and exec
     # (preexec_fn), which is unsafe in a process running threads (its OpenMP teams).
     os.nice(19)
-    if len(argv) > 2:  # queued when its parent ended: after the child before it, not beside
+    at_exit = len(argv) > 2  # started as its parent ended
+    if at_exit and int(argv[2]):  # after the child before it, not beside
         _wait_for(int(argv[2]))
     try:
-        measure(folder)
+        measure(folder, parent, at_exit)
     except BaseException:  # noqa: BLE001 - told to the parent through the log
         traceback.print_exc(file=sys.stdout)
         sys.stdout.flush()

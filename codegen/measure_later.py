@@ -16,11 +16,13 @@ it measures in the host's store (planner.costs.host_costs: atomic writes, a lock
 writers) and, if the script ends first, finishes alone, so the next process plans from it.
 Each job is one call's graphs (a piece's forward and backward together), one at a time.
 
-What the child measured, it also plans and builds (`Replan`: the graph, the plan's options,
-the package's name prefix, from the door that asked): the next process, planning the same
-graph from the same store, makes the same plan and finds its package by name, building
-nothing. Jobs still queued when the script ends go to one more child, which waits for the
-running one to end first: the host keeps all a run asked for.
+What the children measured is also planned and built ahead (`Replan`: the graph, the plan's
+options, the package's name prefix, from the door that asked) once the script has ended: one
+last child, started at its end and waiting for the running one, measures what is still queued
+and builds every job's plan (a running parent plans its graphs again itself when a job ends,
+so building them beside its steps would be the same work twice). The next process, planning
+the same graph from the same store, makes the same plan and finds its package by name,
+building nothing: the host keeps all a run asked for.
 
 What a swap means for the bits (docs/training.md, Reproducibility): a run's bits follow its
 plan; a run that swaps runs the provisional plan up to the step it names, the measured one
@@ -119,6 +121,8 @@ _QUEUE: list[_Job] = []
 _RUNNING: list[_Job] = []
 _ENDED: set[str] = set()  # job keys whose child exited (measured once per process)
 _KNOWN: set[str] = set()  # job keys queued, running or ended
+# What ended jobs planned (their target and replans): built ahead by the last child, at exit.
+_PLANNED: list[tuple[Any, list[Replan]]] = []
 _LOCAL = threading.local()
 
 
@@ -225,6 +229,8 @@ def _advance() -> None:
             return
         _RUNNING.pop()
         _ENDED.add(job.key)
+        if job.replans:
+            _PLANNED.append((job.target, job.replans))
         _ended(job, code)
     if _QUEUE:
         job = _QUEUE.pop(0)
@@ -234,8 +240,8 @@ def _advance() -> None:
 
 def _start(job: _Job, after: int | None = None) -> None:
     """The job's child: its graphs, target, feeds and replans in a folder it removes when
-    done; with `after`, a child that first waits for that process (the running job's child)
-    to end."""
+    done; with `after`, a child started at this process's end, which first waits for that
+    process (the running job's child; 0: none) to end."""
     job.folder = Path(tempfile.mkdtemp(prefix="planner-measure-"))
     for k, (graphs, feeds) in enumerate(job.groups):
         for i, g in enumerate(graphs):
@@ -275,24 +281,29 @@ def _ended(job: _Job, code: int) -> None:
 
 @atexit.register
 def _at_exit() -> None:
-    """A job still running finishes alone (it keeps what it measures, and builds what it
-    plans, for the next process); the queued ones go to one child of their own, after it."""
+    """A job still running finishes alone (it keeps what it measures for the next process);
+    the queued ones, and the plans of every job (ended, running, queued) to build ahead, go to
+    one child of their own, after it."""
     with _LOCK:
         _advance()
         going = [j for j in _RUNNING if j.process is not None]
-        rests = _merged(_QUEUE)
+        rests = _merged(_QUEUE + [_Job("", [], "", target, replans)
+                                  for target, replans in _PLANNED])
         if rests:  # the last child plans the running job's graphs again too: what it measures
             # (a busy entry measured again quiet) can move the prices they read
             rests[-1].replans = [r for j in going for r in j.replans] + rests[-1].replans
         for rest in rests:
-            _start(rest, going[-1].process.pid if going else None)
+            _start(rest, going[-1].process.pid if going else 0)
             going.append(rest)
         _QUEUE.clear()
+        _PLANNED.clear()
         if going:
-            print(f"planner: measuring {' and '.join(j.label for j in going)} goes on in the "
-                  f"background (pid {', '.join(str(j.process.pid) for j in going)}, low "
-                  f"priority, one after the other) and is kept for the next run",
-                  file=sys.stderr, flush=True)
+            measured = [j.label for j in going if j.groups]
+            doing = [f"measuring {' and '.join(measured)}"] * bool(measured) + [
+                "building the measured plans"] * any(j.replans for j in going)
+            print(f"planner: {' and '.join(doing)} goes on in the background (pid "
+                  f"{', '.join(str(j.process.pid) for j in going)}, low priority, one after "
+                  f"the other) and is kept for the next run", file=sys.stderr, flush=True)
 
 
 def _merged(jobs: list[_Job]) -> list[_Job]:
@@ -300,6 +311,6 @@ def _merged(jobs: list[_Job]) -> list[_Job]:
     by_target: dict[str, list[_Job]] = {}
     for job in jobs:
         by_target.setdefault(job.target.to_json(), []).append(job)
-    return [_Job(",".join(j.key for j in same), [g for j in same for g in j.groups],
-                 " and ".join(j.label for j in same), same[0].target,
+    return [_Job(",".join(j.key for j in same if j.key), [g for j in same for g in j.groups],
+                 " and ".join(dict.fromkeys(j.label for j in same if j.groups)), same[0].target,
                  [r for j in same for r in j.replans]) for same in by_target.values()]
