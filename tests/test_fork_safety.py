@@ -2,17 +2,18 @@
 return the parent's results bit for bit (planner/runtime/forked.py; templates/common/
 executor_core.h, "Fork").
 
-Each child is a real fork of this process after the parent ran its executors (their lane
-threads and OpenMP teams exist; the forking thread's libgomp pool is let go at the fork, or
-its copy would name workers that stay in the parent). The child runs an inherited executor's ops one at a time, each on its planned
-team, with the kernels the parent made: the serial reference the lanes' run equals, so the
-expected results are the parent's exact bits, not a tolerance (docs/executor.md: the ops are
-the same kernels on the same thread counts, and every schedule computes the main schedule's
-bits). Also: threads the child starts, with the backend's locks held by a parent thread at the
-fork; a grandchild; children forked while another thread steps an executor (that executor is
-refused there in one line, the rest runs). Each wait has a deadline, so a regression fails
-here instead of hanging the suite (a child that starts a team of two from the forking thread,
-or finds a parent thread's lock held, does hang: both were checked against this file).
+Each child is a real fork of this process after the parent ran its executors (their lane threads
+and OpenMP teams exist; the forking thread's libgomp pool is let go at the fork, or its copy
+would name workers that stay in the parent). The child runs an inherited executor's ops one at a
+time, each on its planned team, with the kernels the parent made: the serial reference the
+lanes' run equals, so the expected results are the parent's exact bits, not a tolerance
+(docs/executor.md: the ops are the same kernels on the same thread counts, and every schedule
+computes the main schedule's bits). Also: threads the child starts, with the backend's locks
+held by a parent thread at the fork; a grandchild; children forked while another thread steps an
+executor (that executor is refused there in one line, the rest runs). Each wait has a deadline,
+so a regression fails here instead of hanging the suite (a child that starts a team of two from
+the parent's copy of the forking thread's pool, or finds a parent thread's lock held, does hang:
+both were checked against this file).
 """
 
 from __future__ import annotations

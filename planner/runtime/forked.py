@@ -1,12 +1,12 @@
 """Executors in a fork()ed child: CPU ones run there, CUDA ones are refused, none is freed there.
 
-A child fork()ed from a process that loaded the runtime has only the forking thread: none of
-the parent's lane threads. The CPU runtime handles that itself (templates/common/executor_core.h, "Fork"): an executor the
-child inherited runs its ops one at a time on a worker thread the child makes (a pool of the
-child's own), each on its planned team with the kernels made in the parent, so the child's
-results are the parent's bits; one made in the child runs as in any process; the forking
-thread's libgomp pool is let go just before the fork, so its OpenMP teams in the child (PyTorch's
-ops too) start a pool of the child's own. What is left here, at the doors:
+A child fork()ed from a process that loaded the runtime has only the forking thread: none of the
+parent's lane threads. The CPU runtime handles that itself (templates/common/ executor_core.h,
+"Fork"): an executor the child inherited runs its ops one at a time on a worker thread the child
+makes (a pool of the child's own), each on its planned team with the kernels made in the parent,
+so the child's results are the parent's bits; one made in the child runs as in any process; the
+forking thread's libgomp pool is let go just before the fork, so its OpenMP teams in the child
+(PyTorch's ops too) start a pool of the child's own. What is left here, at the doors:
 
     arm()                       # the runtime is loaded: watch forks from now on
     track(ex)                   # a package's new executor, kept alive in a child
