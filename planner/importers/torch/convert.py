@@ -102,6 +102,7 @@ from planner.importers.torch.record import (
     from_numpy,
     to_numpy,
 )
+from planner.importers.torch.rules_bounded import consumer, respected
 from planner.importers.torch.rules_complex import (
     COMPLEX_DTYPES,
     Cx,
@@ -331,6 +332,7 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
     modules: dict[str, str] = {}
     first_error: TorchImportError | None = None
     dropouts = [0]
+    counts: dict[str, str] = {}  # each data-dependent size's count tensor (rules_bounded.py)
     poisoned: set[str] = set()
     kernel_shaped: dict[str, str] = {}  # _check
     for call in calls:
@@ -352,13 +354,16 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                     imp, call.name, op, _args(call.args, env), _args(dict(call.kwargs), env),
                     shape, dropouts, dtype, call, call.place or call.module, metas))
             else:
+                bounded = consumer(call, metas)  # a size the data decide: a kind, or refused
                 if op not in RULES:
                     raise Unsupported(op)
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
                 ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
                               _args(dict(call.kwargs), env), shape, dropouts, dtype,
-                              call, call.place or call.module, metas)
+                              call, call.place or call.module, metas, counts)
                 value = RULES[op](ctx)
+                if bounded:
+                    value = respected(ctx, call, value, bounded)
             _check(imp, call, value, kernel_shaped)
             env[call.name] = value
         except Unsupported as e:
@@ -403,7 +408,7 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
             call.target in UNINITIALIZED or not allowed_to_fold(call.target):
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
-    if not all(isinstance(v, Value) for v in vals) or \
+    if not all(isinstance(v, Value) and not any(v.counted) for v in vals) or \
             sum(math.prod(v.shape) for v in vals) > FOLD_OUTPUT_LIMIT:
         return False
 
@@ -515,6 +520,11 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
             if not isinstance(value, (str, Const)):
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")
+            traced = calls[spec.name].out if spec.name in calls else None
+            if isinstance(traced, Value) and any(traced.counted):
+                raise TorchImportError(f"output {spec.name!r}: its size depends on the data "
+                                       f"({traced.shape} at its bound, {traced.counted}); "
+                                       "return a reduction of it (sum, mean)")
             outputs.append(imp.as_tensor(value))
         elif spec.kind in ("buffer_mutation", "parameter_mutation"):
             if spec.target in counters or fresh_draw(imp, env.get(spec.name)):

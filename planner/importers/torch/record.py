@@ -32,6 +32,10 @@ class Value:
     dtype: str
     strides: tuple[int, ...] = ()
     offset: int = 0
+    # Per dim, the symbol of a size that depends on the data (torch.export's unbacked `u0`:
+    # masked_select's count), whose dim `shape` holds at its upper bound; "" for a static dim,
+    # () when no dim is such (planner/importers/torch/rules_bounded.py).
+    counted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,8 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
             tokens.add(node.name)
             if node.target is not operator.getitem:  # with_effects(token, check, info, api)
                 checks[node.args[2].name] = str(node.args[3])
+        elif node.op == "call_function" and _data_sized(node, sizes):
+            continue
         elif node.op == "call_function" and binding is not None and _sized(node, binding,
                                                                              sizes):
             continue
@@ -212,6 +218,13 @@ def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
     from planner.importers.torch.origin import location, module_path
 
     def arg(a: Any) -> Any:
+        if isinstance(sizes.get(a.name), DataSize):
+            from planner.importers.torch.context import TorchImportError
+
+            raise TorchImportError(
+                f"node {node.name!r} ({node.target}): reads {sizes[a.name].expr}, a size that "
+                f"depends on the data, as a number; the planner plans it at its bound: reduce "
+                f"the selected values with sum() or mean() instead")
         return sizes[a.name] if a.name in sizes else Ref(a.name)
 
     target = "getitem" if node.target is operator.getitem else str(node.target)
@@ -264,6 +277,69 @@ GUARDS = frozenset({"aten._assert_scalar.default", "aten.sym_constrain_range_for
                     "aten.sym_constrain_range.default", "aten._assert_tensor_metadata.default"})
 
 
+@dataclass(frozen=True)
+class DataSize:
+    """A size (or a guard's truth) computed from a size that depends on the data (`u0 <= 6`):
+    no number at import; a call reading it is refused (from_exported)."""
+
+    expr: str
+
+
+def _data_sized(node: Any, sizes: dict[str, Any]) -> bool:
+    """Whether `node` computes from a data-dependent size (torch.export's unbacked symbols:
+    `sym_size(masked_select, 0)`, `u0 <= 6`) or checks one (GUARDS: torch's runtime asserts of
+    the size's range, which the planner's bound holds by construction): kept in `sizes` as a
+    DataSize and dropped from the program."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    val = node.meta.get("val")
+    if isinstance(val, torch.SymInt | torch.SymBool | torch.SymFloat) and \
+            free_unbacked_symbols(val):
+        sizes[node.name] = DataSize(str(val.node.expr))
+        return True
+    held = node.args[0] if node.args else None
+    return str(node.target) in GUARDS and isinstance(
+        sizes.get(getattr(held, "name", "")), DataSize)
+
+
+# torch's upper bound for a size it knows nothing of (sys.maxsize - 1): no bound
+NO_BOUND = (1 << 63) - 2
+
+
+def _bounds(node: Any, val: Any, symbolic: bool) -> dict[int, tuple[Any, int]]:
+    """Each dim of `val` whose size depends on the data (an unbacked symbol, `u0`): the symbol
+    and its upper bound (torch's range for it: the input's numel for masked_select and nonzero,
+    or what `torch._check(n <= B)` declared). One line where a dim has none, or is an
+    expression of such a symbol (`2*u0`); in a trace with symbolic sizes (`symbolic`), where
+    torch bounds masked_select by no number, OutsideTrace: that size is traced as it is."""
+    import sympy
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    from planner.importers.torch.context import TorchImportError
+
+    found = {}
+    for k, d in enumerate(val.shape):
+        if not isinstance(d, torch.SymInt) or not free_unbacked_symbols(d):
+            continue
+        expr = d.node.expr
+        where = f"node {node.name!r} ({getattr(node, 'target', '')}): the size {expr} of dim {k}"
+        if not expr.is_Symbol:
+            raise TorchImportError(f"{where} is an expression of sizes that depend on the "
+                                   f"data; the planner bounds a data-dependent size only as a "
+                                   f"dim of its own")
+        upper = d.node.shape_env.bound_sympy(expr).upper  # torch's int_oo says is_finite
+        bounded = isinstance(upper, sympy.Integer) and int(upper) < NO_BOUND
+        if symbolic and not bounded:
+            raise OutsideTrace(f"{where} has no bound in a trace of symbolic sizes")
+        if not bounded:
+            raise TorchImportError(f"{where} depends on the data and has no upper bound: "
+                                   f"declare one in forward with torch._check(n <= B) on the size n")
+        found[k] = (expr, int(upper))
+    return found
+
+
 def _sized(node: Any, binding: Mapping[Any, int], sizes: dict[str, Any]) -> bool:
     """Whether `node` computes a size or a guard's truth (its value a SymInt, SymBool or
     SymFloat: kept in `sizes` at the binding) or checks one (GUARDS: OutsideTrace where it
@@ -307,6 +383,9 @@ def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
 def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Value | None:
     if val is None or not hasattr(val, "shape"):
         return None
+    bounds = _bounds(node, val, binding is not None)
+    if bounds:  # planned at the bound (planner/importers/torch/rules_bounded.py)
+        binding = {**(binding or {}), **dict(bounds.values())}
     try:
         shape = tuple(int(_at(d, binding)) for d in val.shape)
         strides = tuple(int(_at(s, binding)) for s in val.stride())
@@ -322,7 +401,9 @@ def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Val
                 f"form (torch.where with a mask, nonzero_static)") from None
         raise TorchImportError(f"node {node.name!r}: symbolic shape {list(val.shape)}; export "
                                "with static shapes") from None
-    return Value(shape, str(val.dtype).removeprefix("torch."), strides, offset)
+    counted = tuple(str(bounds[k][0]) if k in bounds else "" for k in range(len(shape))) \
+        if bounds else ()
+    return Value(shape, str(val.dtype).removeprefix("torch."), strides, offset, counted)
 
 
 def _tensor(t: Any) -> Tensor:

@@ -1,0 +1,222 @@
+"""Sizes that depend on the data, planned at a bound: masked_select, nonzero (argwhere) and
+boolean-mask indexing (`x[mask]`), whose torch.export output has an unbacked size `u0`.
+
+The planner's arena is static, so such a value is planned at an upper bound B of its size,
+which torch.export itself keeps for the symbol (record.py's `_bounds`): the input's numel for
+masked_select, nonzero and `x[mask]` (torch's own range for them), or a tighter one the user
+declares in forward with `torch._check(t.size(0) <= B)`. A size with no finite bound (an
+`.item()` made a size) is refused in one line saying how to give one. The value holds its
+selected rows first, in torch's order, and zeros past them; beside it the graph holds its
+count (a float32 scalar: how many rows are real), one per symbol.
+
+The zeros make a sum over the padded dim right with no more work, and nothing else is: a mean
+must divide by the count, not the bound, and a pointwise op may turn a zero into something else
+(exp(0) = 1). So every call reading a counted value is one of CONSUMERS' kinds, or refused in one
+line naming it (never computed at the bound and silently wrong):
+
+    pointwise   an op torch tags pointwise (and casts, copies): computed at the bound, its rows
+                past the count put back to zero (a Where on `arange(B) < count`)
+    sum         sum, sum over dims: as it is (the padded rows add zeros)
+    mean        mean, mean over dims: the mean at the bound times B / count where the
+                counted dim is reduced (torch's mean of nothing, 0/0 = nan, too); a mean
+                over other dims is pointwise's case
+
+A size read as a number (`t.numel()`, `t.shape[0]`) is refused where it is read
+(record.py's DataSize), and so is a counted value the program returns (its caller would get
+the bound's rows).
+
+Each producer is a composition of ops the planner has, as nonzero_static is
+(planner/importers/torch/rules_index.py): a kept row's place is the count of kept rows
+before it (an exclusive CumSum of the mask), and an IndexScatter writes each row there, every
+dropped row into one extra row that a Slice cuts off. Its gradient is the ops' own: the
+scatter's is a gather of dy at those places, so d(masked_select) scatters back to the mask's
+positions and gives zero elsewhere, as PyTorch's. No new kernel, so both executors run it.
+Where the data hold more rows than a declared bound, the rows past it are dropped (as
+nonzero_static does, and the count says B): the bound is the user's promise, which torch
+checks at run time and the planner does not.
+
+    >>> CONSUMERS["aten.mean.default"], CONSUMERS["aten.sum.dim_IntList"]
+    ('mean', 'sum')
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from planner.importers.kit import Const, Unsupported
+from planner.importers.torch.context import NodeCtx, TorchImportError, _in, rule
+from planner.importers.torch.record import Call
+from planner.importers.torch.record import Value as Traced
+
+EXACT = 1 << 24  # float32 counts every row exactly below this (the CumSum of the mask)
+
+CONSUMERS = {"aten.sum.default": "sum", "aten.sum.dim_IntList": "sum",
+             "aten.mean.default": "mean", "aten.mean.dim": "mean",
+             # pointwise, though torch does not tag them so
+             "aten._to_copy.default": "pointwise", "aten.clone.default": "pointwise",
+             "aten.alias.default": "pointwise", "aten.detach.default": "pointwise",
+             # reads only the dtype and device: no value
+             "aten._assert_tensor_metadata.default": "check"}
+
+PRODUCERS = frozenset({"aten.masked_select.default", "aten.nonzero.default",
+                       "aten.index.Tensor"})
+
+
+def _counted(n: NodeCtx) -> tuple[str, int]:
+    """The symbol of the node's counted dim 0 and its bound."""
+    out = n.node.out
+    if not isinstance(out, Traced) or not out.counted or not out.counted[0] or \
+            any(out.counted[1:]):
+        raise Unsupported(f"{n.op} (its data-dependent size not the output's first dim)")
+    return out.counted[0], out.shape[0]
+
+
+def compacted(n: NodeCtx, rows: str | Const, keep: str | Const) -> str:
+    """rows (N, *rest), float, with keep (N,) bool: the kept rows first, in order, then zeros,
+    as (B, *rest), B the node's bound; its count (the rows kept, at most B) registered for
+    the node's symbol."""
+    symbol, bound = _counted(n)
+    shape = n.shape(rows)
+    if max(shape[0], bound) >= EXACT:
+        raise Unsupported(f"{n.op} (over {EXACT} rows)")
+    before = n.emit1("CumSum", [n.emit1("Cast", [keep], {"to": "float32"})],
+                     {"axis": 0, "exclusive": True})
+    fits = n.emit1("And", [keep, n.emit1("Less", [before, n.const(bound, "float32")])])
+    place = n.emit1("Cast", [n.emit1("Where", [fits, before, n.const(bound, "float32")])],
+                    {"to": "int64"})
+    zeros = n.emit1("Zeros", [], {"shape": [bound + 1, *shape[1:]], "dtype": n.dtype(rows)})
+    out = n.emit1("IndexScatter", [zeros, place, rows],
+                  {"axis": 0, "mode": "rows", "reduce": "none", "wrap": False})
+    n.counts[symbol] = n.emit1("ReduceSum", [n.emit1("Cast", [fits], {"to": "float32"})],
+                               {"axes": [0], "keepdims": False})
+    return n.emit1("Slice", [out], {"starts": [0], "ends": [bound], "axes": [0]})
+
+
+def _float(n: NodeCtx, x: str | Const) -> None:
+    if not n.dtype(x).startswith(("float", "bfloat")):
+        raise Unsupported(f"{n.op} (of a {n.dtype(x)} tensor)")
+
+
+def _flat(n: NodeCtx, x: str | Const, shape: tuple[int, ...], lead: int) -> str | Const:
+    """x broadcast to `shape` and its first `lead` dims merged into one."""
+    if n.shape(x) != shape:
+        x = n.emit1("Expand", [x], {"shape": list(shape)})
+    want = [math.prod(shape[:lead]), *shape[lead:]]
+    return x if list(n.shape(x)) == want else n.emit1("Reshape", [x], {"shape": want})
+
+
+@rule("aten.masked_select.default")
+def masked_select(n: NodeCtx) -> str:
+    """x.masked_select(mask): x's elements where the mask (broadcast with x) holds, in C order,
+    at the bound."""
+    x, mask = n.tensor(0), n.tensor(1, "mask")
+    _float(n, x)
+    shape = tuple(np.broadcast_shapes(n.shape(x), n.shape(mask)))
+    return compacted(n, _flat(n, x, shape, len(shape)), _flat(n, mask, shape, len(shape)))
+
+
+@rule("aten.nonzero.default")
+def nonzero(n: NodeCtx) -> str:
+    """x.nonzero() (torch.argwhere): the coordinates of x's non-zero elements, C order, as
+    int64 (B, rank) rows, zeros past the count."""
+    x = n.tensor(0)
+    shape = n.shape(x)
+    if not shape:
+        raise Unsupported(f"{n.op} (of a 0-d tensor)")
+    keep = _flat(n, x, shape, len(shape))
+    if n.dtype(x) != "bool":
+        keep = n.emit1("NotEqual", [keep, n.const(0, n.dtype(x))])
+    coords = np.stack(np.unravel_index(np.arange(math.prod(shape)), shape), axis=-1)
+    rows = compacted(n, n.const(coords.astype(np.float32), "float32"), keep)
+    return n.emit1("Cast", [rows], {"to": "int64"})
+
+
+def masked_rows(n: NodeCtx, picked: list[tuple[int, Any]]) -> str:
+    """x[mask] with a bool mask over x's leading dims: the rows where it holds, at the bound
+    (aten.index.Tensor's rule hands a bool index here)."""
+    x = n.tensor(0)
+    _float(n, x)
+    axis, mask = picked[0]
+    lead = len(n.shape(mask))
+    if len(picked) != 1 or axis != 0 or n.shape(x)[:lead] != n.shape(mask):
+        raise Unsupported(f"{n.op} (a bool mask over other than x's leading dims)")
+    return compacted(n, _flat(n, x, n.shape(x), lead), _flat(n, mask, n.shape(mask), lead))
+
+
+# ---- the calls reading a counted value -------------------------------------------------------
+
+def consumer(call: Call, metas: dict[str, Any]) -> str:
+    """The kind of a call that reads or makes a counted value ("" for none): producer,
+    pointwise, sum or mean; TorchImportError, in one line naming the call, for any other."""
+    read = [(r, metas[r]) for r in call.reads()
+            if isinstance(metas.get(r), Traced) and any(metas[r].counted)]
+    outs = call.out if isinstance(call.out, tuple) else (call.out,)
+    made = [v for v in outs if isinstance(v, Traced) and any(v.counted)]
+    where = f"node {call.name!r}{_in(call.place or call.module)} ({call.target})"
+    if not read and not made:
+        return ""
+    if not read and call.target in PRODUCERS:
+        return "producer"
+    if not read:
+        raise TorchImportError(
+            f"{where}: its output size depends on the data; the planner bounds masked_select, "
+            f"nonzero (argwhere) and x[mask] only: use a fixed-size form (torch.where with a "
+            f"mask, nonzero_static)")
+    symbols = {s for _, v in read for s in v.counted if s}
+    kind = CONSUMERS.get(call.target) or ("pointwise" if _pointwise(call.target) else "")
+    name, value = read[0]
+    if not kind or len(symbols) > 1:
+        raise TorchImportError(
+            f"{where}: reads {name!r}, whose size {_dims(value)} depends on the data (planned "
+            f"at its bound {list(value.shape)}, zeros past the count); only pointwise ops, sum "
+            f"and mean of one such size respect the count: reduce it with sum() or mean() first")
+    return kind
+
+
+def _dims(value: Traced) -> str:
+    """[u0, 3]: a counted value's dims, each data-dependent one by its symbol."""
+    return "[" + ", ".join(s or str(d) for s, d in zip(value.counted, value.shape,
+                                                       strict=True)) + "]"
+
+
+def _pointwise(target: str) -> bool:
+    import torch
+
+    from planner.importers.torch.targets import resolve
+
+    op = resolve(target)
+    return op is not None and torch.Tag.pointwise in op.tags
+
+
+def respected(n: NodeCtx, call: Call, value: Any, kind: str) -> Any:
+    """The call's result as the count makes it: a mean over the counted dim rescaled from the
+    bound to the count, a counted result's rows past the count put back to zero."""
+    out = call.out
+    if not isinstance(value, str) or not isinstance(out, Traced) or kind == "producer":
+        return value
+    if any(out.counted):
+        return _zeroed(n, value, out)
+    if kind != "mean":
+        return value
+    value_in = n.traced(0, "self")
+    symbol, = {s for s in value_in.counted if s}
+    bound = value_in.shape[value_in.counted.index(symbol)]
+    dtype = n.dtype(value)
+    count = n.counts[symbol]
+    if dtype != "float32":
+        count = n.emit1("Cast", [count], {"to": dtype})
+    return n.emit1("Div", [n.emit1("Mul", [value, n.const(bound, dtype)]), count])
+
+
+def _zeroed(n: NodeCtx, value: str, out: Traced) -> str:
+    """value with the rows of its counted dim past the count zero."""
+    axis = next(k for k, s in enumerate(out.counted) if s)
+    bound = out.shape[axis]
+    alive = n.emit1("Less", [n.const(np.arange(bound, dtype=np.float32), "float32"),
+                             n.counts[out.counted[axis]]])
+    if axis < len(out.shape) - 1:
+        alive = n.emit1("Reshape", [alive], {"shape": [bound] + [1] * (len(out.shape) - axis - 1)})
+    return n.emit1("Where", [alive, value, n.const(0, n.dtype(value))])
