@@ -99,7 +99,16 @@ def _unbounded(x, k):
     return x.sum() + torch.ones(n).sum()
 
 
+def _even(x, m):
+    s = x.masked_select(m)
+    torch._check(s.size(0) % 2 == 0)
+    return s.sum()
+
+
 REFUSALS = {
+    # a check the bound does not imply, which the planned step could not make
+    "guard": (_even, "(aten._assert_scalar.default): torch checks Eq(Mod(u0, 2), 0) on a size "
+                     "that depends on the data"),
     "no bound": (_unbounded, "node 'full' (aten.full.default): the size u0 of dim 0 depends "
                              "on the data and has no upper bound: declare one"),
     "sort": (lambda x, m: x.masked_select(m).sort()[0].sum(),
@@ -111,7 +120,7 @@ REFUSALS = {
     "numel": (lambda x, m: x.masked_select(m).sum() / x.masked_select(m).numel(),
               "(aten.div.Tensor): reads u1, a size that depends on the data, as a number"),
     "output": (lambda x, m: x.masked_select(m),
-               "output 'masked_select': its size depends on the data"),
+               "output 'masked_select': its size [u0] depends on the data"),
 }
 
 
@@ -120,6 +129,10 @@ def test_refusals_are_one_line_naming_the_node(name):
     fn, said = REFUSALS[name]
     x, m = _xm(4)
     args = (x, torch.ones(3, dtype=torch.long)) if name == "no bound" else (x, m)
+    if name == "guard":
+        m = torch.zeros_like(m)
+        m.view(-1)[::2] = True
+        args = (x, m)
     status, detail = check_call(fn, *args)
     assert status == "refused" and said in detail and "\n" not in detail, detail
 

@@ -83,6 +83,7 @@ from planner.graph.validate import check_graph
 from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
+from planner.importers.torch.bounded import consumer, dims_of, respected
 from planner.importers.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
 from planner.importers.torch.fold_guard import (
     FoldRefused,
@@ -102,7 +103,6 @@ from planner.importers.torch.record import (
     from_numpy,
     to_numpy,
 )
-from planner.importers.torch.rules_bounded import consumer, respected
 from planner.importers.torch.rules_complex import (
     COMPLEX_DTYPES,
     Cx,
@@ -344,6 +344,8 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
             poisoned.add(call.name)
             continue
         try:
+            # a size the data decide: the reader's kind, or refused
+            bounded = consumer(call, metas) if op != "getitem" else ""
             if op == "getitem":
                 value = env[call.args[0].name][call.args[1]]
             elif _foldable(call, env):
@@ -354,7 +356,6 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                     imp, call.name, op, _args(call.args, env), _args(dict(call.kwargs), env),
                     shape, dropouts, dtype, call, call.place or call.module, metas))
             else:
-                bounded = consumer(call, metas)  # a size the data decide: a kind, or refused
                 if op not in RULES:
                     raise Unsupported(op)
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
@@ -522,9 +523,9 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
                                        "computes")
             traced = calls[spec.name].out if spec.name in calls else None
             if isinstance(traced, Value) and any(traced.counted):
-                raise TorchImportError(f"output {spec.name!r}: its size depends on the data "
-                                       f"({traced.shape} at its bound, {traced.counted}); "
-                                       "return a reduction of it (sum, mean)")
+                raise TorchImportError(f"output {spec.name!r}: its size {dims_of(traced)} "
+                                       f"depends on the data (planned at its bound "
+                                       f"{list(traced.shape)}); return its sum or mean")
             outputs.append(imp.as_tensor(value))
         elif spec.kind in ("buffer_mutation", "parameter_mutation"):
             if spec.target in counters or fresh_draw(imp, env.get(spec.name)):

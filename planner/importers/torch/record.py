@@ -183,10 +183,8 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
             tokens.add(node.name)
             if node.target is not operator.getitem:  # with_effects(token, check, info, api)
                 checks[node.args[2].name] = str(node.args[3])
-        elif node.op == "call_function" and _data_sized(node, sizes):
-            continue
-        elif node.op == "call_function" and binding is not None and _sized(node, binding,
-                                                                             sizes):
+        elif node.op == "call_function" and (_data_sized(node, sizes) or (
+                binding is not None and _sized(node, binding, sizes))):
             continue
         elif node.op == "call_function":
             calls.append(_call(node, root, binding, sizes))
@@ -223,8 +221,8 @@ def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
 
             raise TorchImportError(
                 f"node {node.name!r} ({node.target}): reads {sizes[a.name].expr}, a size that "
-                f"depends on the data, as a number; the planner plans it at its bound: reduce "
-                f"the selected values with sum() or mean() instead")
+                f"depends on the data, as a number, which the planner has only as a count at "
+                f"run time: reduce the selected values (sum, mean), or make the size fixed")
         return sizes[a.name] if a.name in sizes else Ref(a.name)
 
     target = "getitem" if node.target is operator.getitem else str(node.target)
@@ -280,27 +278,64 @@ GUARDS = frozenset({"aten._assert_scalar.default", "aten.sym_constrain_range_for
 @dataclass(frozen=True)
 class DataSize:
     """A size (or a guard's truth) computed from a size that depends on the data (`u0 <= 6`):
-    no number at import; a call reading it is refused (from_exported)."""
+    no number at import; a call reading it is refused (from_exported). `holds`: a truth that
+    holds over the whole range torch keeps for its sizes (`u0 <= 6` where u0 is in [0, 6]),
+    which a guard may check and the planner drop."""
 
     expr: str
+    holds: bool = False
 
 
 def _data_sized(node: Any, sizes: dict[str, Any]) -> bool:
     """Whether `node` computes from a data-dependent size (torch.export's unbacked symbols:
-    `sym_size(masked_select, 0)`, `u0 <= 6`) or checks one (GUARDS: torch's runtime asserts of
-    the size's range, which the planner's bound holds by construction): kept in `sizes` as a
-    DataSize and dropped from the program."""
+    `sym_size(masked_select, 0)`, `u0 <= 6`) or checks one (GUARDS): kept in `sizes` as a
+    DataSize and dropped from the program. A guard is dropped only where what it checks holds
+    for every size in the range the planner plans (torch's own range checks, a declared
+    bound); one it could fail (`Eq(u0, 20)`) is refused in one line, never left unchecked."""
     import torch
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     val = node.meta.get("val")
     if isinstance(val, torch.SymInt | torch.SymBool | torch.SymFloat) and \
             free_unbacked_symbols(val):
-        sizes[node.name] = DataSize(str(val.node.expr))
+        sizes[node.name] = DataSize(str(val.node.expr), _holds(val))
         return True
-    held = node.args[0] if node.args else None
-    return str(node.target) in GUARDS and isinstance(
-        sizes.get(getattr(held, "name", "")), DataSize)
+    held = sizes.get(getattr(node.args[0] if node.args else None, "name", ""))
+    if str(node.target) not in GUARDS or not isinstance(held, DataSize):
+        return False
+    if not held.holds:
+        from planner.importers.torch.context import TorchImportError
+
+        raise TorchImportError(f"node {node.name!r} ({node.target}): torch checks {held.expr} "
+                               f"on a size that depends on the data, which the planned step "
+                               f"cannot check: keep only bounds of it (torch._check(n <= B))")
+    return True
+
+
+def _holds(val: Any) -> bool:
+    """Whether a SymBool of unbacked sizes is a linear inequality in them true at every
+    corner of their ranges (where the corners decide); False for anything else (`Eq`, `Mod`)."""
+    import itertools
+
+    import sympy
+    import torch
+
+    if not isinstance(val, torch.SymBool):
+        return False
+    expr, env = val.node.expr, val.node.shape_env
+    symbols = sorted(expr.free_symbols, key=str)
+    if not isinstance(expr, sympy.Le | sympy.Lt | sympy.Ge | sympy.Gt):
+        return False
+    gap = expr.lhs - expr.rhs
+    if not gap.is_polynomial(*symbols) or sympy.Poly(gap, *symbols).total_degree() > 1:
+        return False
+    ranges = [env.var_to_range.get(u) for u in symbols]
+    if any(r is None or not isinstance(r.lower, sympy.Integer) for r in ranges):
+        return False
+    ends = [(r.lower, r.upper if isinstance(r.upper, sympy.Integer) else sympy.oo)
+            for r in ranges]  # torch's int_oo is no sympy number: sympy's oo compares
+    return all(bool(expr.xreplace(dict(zip(symbols, c, strict=True))))
+               for c in itertools.product(*ends))
 
 
 # torch's upper bound for a size it knows nothing of (sys.maxsize - 1): no bound
@@ -335,7 +370,7 @@ def _bounds(node: Any, val: Any, symbolic: bool) -> dict[int, tuple[Any, int]]:
             raise OutsideTrace(f"{where} has no bound in a trace of symbolic sizes")
         if not bounded:
             raise TorchImportError(f"{where} depends on the data and has no upper bound: "
-                                   f"declare one in forward with torch._check(n <= B) on the size n")
+                                   f"declare one in forward, torch._check(n <= B) of the size n")
         found[k] = (expr, int(upper))
     return found
 

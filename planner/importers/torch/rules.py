@@ -27,8 +27,8 @@ from planner.dtypes import INTEGER_DTYPES
 from planner.importers.gather import gather_rows
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
-from planner.importers.torch.rules_bounded import masked_rows
 from planner.importers.torch.norm_stats import group_norm_stats, layer_norm_stats
+from planner.importers.torch.rules_bounded import masked_rows
 from planner.importers.torch.rules_conv import conv3d, conv_transpose2d
 from planner.importers.torch.rules_index import gather_positions, strided_positions
 from planner.importers.torch.rules_pointwise import as_dtype, bool_product, cast, clamp_numbers

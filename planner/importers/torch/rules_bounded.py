@@ -12,7 +12,8 @@ count (a float32 scalar: how many rows are real), one per symbol.
 The zeros make a sum over the padded dim right with no more work, and nothing else is: a mean
 must divide by the count, not the bound, and a pointwise op may turn a zero into something else
 (exp(0) = 1). So every call reading a counted value is one of CONSUMERS' kinds, or refused in one
-line naming it (never computed at the bound and silently wrong):
+line naming it (never computed at the bound and silently wrong; planner/importers/torch/
+bounded.py, which convert.py asks of every call):
 
     pointwise   an op torch tags pointwise (and casts, copies): computed at the bound, its rows
                 past the count put back to zero (a Where on `arange(B) < count`)
@@ -35,8 +36,6 @@ Where the data hold more rows than a declared bound, the rows past it are droppe
 nonzero_static does, and the count says B): the bound is the user's promise, which torch
 checks at run time and the planner does not.
 
-    >>> CONSUMERS["aten.mean.default"], CONSUMERS["aten.sum.dim_IntList"]
-    ('mean', 'sum')
 """
 
 from __future__ import annotations
@@ -47,19 +46,10 @@ from typing import Any
 import numpy as np
 
 from planner.importers.kit import Const, Unsupported
-from planner.importers.torch.context import NodeCtx, TorchImportError, _in, rule
-from planner.importers.torch.record import Call
+from planner.importers.torch.context import NodeCtx, rule
 from planner.importers.torch.record import Value as Traced
 
 EXACT = 1 << 24  # float32 counts every row exactly below this (the CumSum of the mask)
-
-CONSUMERS = {"aten.sum.default": "sum", "aten.sum.dim_IntList": "sum",
-             "aten.mean.default": "mean", "aten.mean.dim": "mean",
-             # pointwise, though torch does not tag them so
-             "aten._to_copy.default": "pointwise", "aten.clone.default": "pointwise",
-             "aten.alias.default": "pointwise", "aten.detach.default": "pointwise",
-             # reads only the dtype and device: no value
-             "aten._assert_tensor_metadata.default": "check"}
 
 PRODUCERS = frozenset({"aten.masked_select.default", "aten.nonzero.default",
                        "aten.index.Tensor"})
@@ -144,79 +134,3 @@ def masked_rows(n: NodeCtx, picked: list[tuple[int, Any]]) -> str:
     if len(picked) != 1 or axis != 0 or n.shape(x)[:lead] != n.shape(mask):
         raise Unsupported(f"{n.op} (a bool mask over other than x's leading dims)")
     return compacted(n, _flat(n, x, n.shape(x), lead), _flat(n, mask, n.shape(mask), lead))
-
-
-# ---- the calls reading a counted value -------------------------------------------------------
-
-def consumer(call: Call, metas: dict[str, Any]) -> str:
-    """The kind of a call that reads or makes a counted value ("" for none): producer,
-    pointwise, sum or mean; TorchImportError, in one line naming the call, for any other."""
-    read = [(r, metas[r]) for r in call.reads()
-            if isinstance(metas.get(r), Traced) and any(metas[r].counted)]
-    outs = call.out if isinstance(call.out, tuple) else (call.out,)
-    made = [v for v in outs if isinstance(v, Traced) and any(v.counted)]
-    where = f"node {call.name!r}{_in(call.place or call.module)} ({call.target})"
-    if not read and not made:
-        return ""
-    if not read and call.target in PRODUCERS:
-        return "producer"
-    if not read:
-        raise TorchImportError(
-            f"{where}: its output size depends on the data; the planner bounds masked_select, "
-            f"nonzero (argwhere) and x[mask] only: use a fixed-size form (torch.where with a "
-            f"mask, nonzero_static)")
-    symbols = {s for _, v in read for s in v.counted if s}
-    kind = CONSUMERS.get(call.target) or ("pointwise" if _pointwise(call.target) else "")
-    name, value = read[0]
-    if not kind or len(symbols) > 1:
-        raise TorchImportError(
-            f"{where}: reads {name!r}, whose size {_dims(value)} depends on the data (planned "
-            f"at its bound {list(value.shape)}, zeros past the count); only pointwise ops, sum "
-            f"and mean of one such size respect the count: reduce it with sum() or mean() first")
-    return kind
-
-
-def _dims(value: Traced) -> str:
-    """[u0, 3]: a counted value's dims, each data-dependent one by its symbol."""
-    return "[" + ", ".join(s or str(d) for s, d in zip(value.counted, value.shape,
-                                                       strict=True)) + "]"
-
-
-def _pointwise(target: str) -> bool:
-    import torch
-
-    from planner.importers.torch.targets import resolve
-
-    op = resolve(target)
-    return op is not None and torch.Tag.pointwise in op.tags
-
-
-def respected(n: NodeCtx, call: Call, value: Any, kind: str) -> Any:
-    """The call's result as the count makes it: a mean over the counted dim rescaled from the
-    bound to the count, a counted result's rows past the count put back to zero."""
-    out = call.out
-    if not isinstance(value, str) or not isinstance(out, Traced) or kind == "producer":
-        return value
-    if any(out.counted):
-        return _zeroed(n, value, out)
-    if kind != "mean":
-        return value
-    value_in = n.traced(0, "self")
-    symbol, = {s for s in value_in.counted if s}
-    bound = value_in.shape[value_in.counted.index(symbol)]
-    dtype = n.dtype(value)
-    count = n.counts[symbol]
-    if dtype != "float32":
-        count = n.emit1("Cast", [count], {"to": dtype})
-    return n.emit1("Div", [n.emit1("Mul", [value, n.const(bound, dtype)]), count])
-
-
-def _zeroed(n: NodeCtx, value: str, out: Traced) -> str:
-    """value with the rows of its counted dim past the count zero."""
-    axis = next(k for k, s in enumerate(out.counted) if s)
-    bound = out.shape[axis]
-    alive = n.emit1("Less", [n.const(np.arange(bound, dtype=np.float32), "float32"),
-                             n.counts[out.counted[axis]]])
-    if axis < len(out.shape) - 1:
-        alive = n.emit1("Reshape", [alive], {"shape": [bound] + [1] * (len(out.shape) - axis - 1)})
-    return n.emit1("Where", [alive, value, n.const(0, n.dtype(value))])
