@@ -25,8 +25,8 @@ LEFT = (
     "than x's leading dims",
     "sizes that depend on the data other than masked_select's, nonzero's (argwhere's) and "
     "`x[mask]`'s (`unique`, `tensor_split` by a tensor, a size made by `.item()`), and of "
-    "those three any reader but pointwise ops, sum and mean (each planned at its bound with "
-    "a count: docs/pytorch.md), or the size read as a number",
+    "those three any reader but pointwise and row-wise ops, sum and mean (each planned at "
+    "its bound with a count: docs/pytorch.md), or the size read as a number",
     "ATen `as_strided` views that overlap, broadcast (stride 0) or run backwards: only a "
     "Reshape/Slice/Transpose chain of its input is expressible",
     "`F.cross_entropy` with class weights, label smoothing, probabilities as targets, a "

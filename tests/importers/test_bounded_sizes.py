@@ -4,7 +4,8 @@ and backward on the reference interpreter against PyTorch; a bound torch._check 
 planned as declared; the one-line refusals (no bound, a consumer that cannot respect the count,
 a size read as a number, a counted output); and a loss over the valid tokens,
 `cross_entropy(..., reduction='none').masked_select(mask).mean()`, trained through
-planner.torch.trainer and through torch.compile(backend="planner") as PyTorch trains it.
+planner.torch.trainer and through torch.compile(backend="planner") as PyTorch trains it, its
+step's every op one both executors have a kernel for.
 
 Tolerance: opinfo_cases.compare / torch_step.mismatches, 10x PyTorch's own float32 error
 against float64 plus 16 ulps of the tensor's scale."""
@@ -47,6 +48,13 @@ CASES = {
     "nonzero.mean": lambda x, m: (x > 0).nonzero().float().mean() + x.sum(),
     "argwhere.sum": lambda x, m: torch.argwhere(m).float().sum(0) + x.sum(0)[:2],
     "declared bound": _declared,
+    # row-wise readers: linear's bias and log_softmax of a zero row are no zeros
+    "linear rows": lambda x, m: F.linear(x[m[:, 0]], x[:3], x[3, :3]).sum(),
+    "log_softmax rows": lambda x, m: torch.log_softmax(x[m[:, 0]], dim=1).mean(),
+    "addmm rows": lambda x, m: torch.addmm(x[0, :3], x[m[:, 0]], x.t()[:, :3]).exp().mean(),
+    # views moving the counted dim
+    "transpose": lambda x, m: torch.exp(x[m[:, 0]].t().unsqueeze(0)).sum(),
+    "expand": lambda x, m: (x[m[:, 0]].unsqueeze(1).expand(-1, 2, -1) + 1).mean(),
 }
 
 
@@ -115,6 +123,9 @@ REFUSALS = {
              "node 'sort' (aten.sort.default): reads 'masked_select', whose size [u0]"),
     "cumsum": (lambda x, m: x[m[:, 0]].cumsum(0).sum(),
                "node 'cumsum' (aten.cumsum.default): reads 'index', whose size [u0, 5]"),
+    "softmax over the count": (
+        lambda x, m: torch.softmax(x[m[:, 0]], 0).sum(),
+        "node '_softmax' from softmax (aten._softmax.default): reads 'index', whose size [u0, 5]"),
     "unique": (lambda x, m: torch.unique(x).sum(),
                "node '_unique2' (aten._unique2.default): its output size depends on the data"),
     "numel": (lambda x, m: x.masked_select(m).sum() / x.masked_select(m).numel(),
@@ -153,6 +164,22 @@ def test_symbolic_trace_leaves_the_size_to_a_trace_of_its_own():
     program = torch.export.export(M(), (x, m), dynamic_shapes=(auto, auto))
     with pytest.raises(OutsideTrace, match="no bound in a trace of symbolic sizes"):
         SymbolicTrace(decompose(program)).at((x, m))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_both_executors_have_every_kernel_of_the_training_step(backend):
+    """The bounded ops are compositions of existing ops: each executor runs the masked loss's
+    training step with the kernels it has (codegen.support.check raises naming any gap)."""
+    from codegen.backends import RUNTIMES
+    from codegen.support import check
+    from planner.frontend.autodiff import make_training_graph
+    from planner.graph.optimizer import Optimizer
+    from planner.importers.torch.convert import convert
+
+    graph = convert(torch.export.export(MaskedTokens(), _batches()[0])).graph
+    step = make_training_graph(graph, Optimizer(kind="sgd", lr=0.1))
+    assert {"CumSum", "IndexScatter", "IndexGather"} <= {n.op for n in step.nodes}
+    check(step, RUNTIMES[backend])
 
 
 class MaskedTokens(torch.nn.Module):

@@ -23,6 +23,9 @@ CONSUMERS = {"aten.sum.default": "sum", "aten.sum.dim_IntList": "sum",
              # pointwise, though torch does not tag them so
              "aten._to_copy.default": "pointwise", "aten.clone.default": "pointwise",
              "aten.alias.default": "pointwise", "aten.detach.default": "pointwise",
+             # views keeping the counted dim whole: its rows move, each whole
+             "aten.permute.default": "pointwise", "aten.transpose.int": "pointwise",
+             "aten.unsqueeze.default": "pointwise", "aten.expand.default": "pointwise",
              # reads only the dtype and device: no value
              "aten._assert_tensor_metadata.default": "check"}
 
@@ -45,13 +48,15 @@ def consumer(call: Call, metas: dict[str, Any]) -> str:
             f"nonzero (argwhere) and x[mask] only: use a fixed-size form (torch.where with a "
             f"mask, nonzero_static)")
     symbols = {s for _, v in read for s in v.counted if s}
-    kind = CONSUMERS.get(call.target) or ("pointwise" if _pointwise(call.target) else "")
+    kind = CONSUMERS.get(call.target) or \
+        ("pointwise" if _pointwise(call.target) or _rowwise(call, read) else "")
     name, value = read[0]
     if not kind or len(symbols) > 1 or any(v.dtype.startswith("complex") for v in made):
         raise TorchImportError(
             f"{where}: reads {name!r}, whose size {dims_of(value)} depends on the data (planned "
-            f"at its bound {list(value.shape)}, zeros past the count); only pointwise ops, sum "
-            f"and mean of one such size respect the count: reduce it with sum() or mean() first")
+            f"at its bound {list(value.shape)}, zeros past the count); only pointwise and "
+            f"row-wise ops, sum and mean of one such size respect the count: reduce it with "
+            f"sum() or mean() first")
     return kind
 
 
@@ -59,6 +64,27 @@ def dims_of(value: Traced) -> str:
     """[u0, 3]: a counted value's dims, each data-dependent one by its symbol."""
     return "[" + ", ".join(s or str(d) for s, d in zip(value.counted, value.shape,
                                                        strict=True)) + "]"
+
+
+# Ops whose every output row along the counted dim is computed from that row alone (of the
+# argument at this position, the only counted one), where it is a row: a product's rows (mm,
+# addmm, linear's input but its last dim), a softmax over another dim. Their rows past the
+# count are set back to zero as a pointwise op's are (linear's bias, softmax of zeros).
+ROWWISE = {"aten.mm.default": 0, "aten.addmm.default": 1, "aten.linear.default": 0,
+           "aten._log_softmax.default": 0, "aten._softmax.default": 0}
+
+
+def _rowwise(call: Call, read: list[tuple[str, Traced]]) -> bool:
+    at = ROWWISE.get(call.target)
+    rows = call.args[at] if at is not None and at < len(call.args) else None
+    if len(read) != 1 or read[0][0] != getattr(rows, "name", None):
+        return False
+    value = read[0][1]
+    rank = len(value.shape)
+    axis = next(k for k, s in enumerate(value.counted) if s)
+    if call.target.startswith("aten._log_softmax") or call.target.startswith("aten._softmax"):
+        return int(call.args[1]) % rank != axis
+    return axis != rank - 1 if call.target == "aten.linear.default" else axis == 0
 
 
 def _pointwise(target: str) -> bool:

@@ -15,8 +15,10 @@ must divide by the count, not the bound, and a pointwise op may turn a zero into
 line naming it (never computed at the bound and silently wrong; planner/importers/torch/
 bounded.py, which convert.py asks of every call):
 
-    pointwise   an op torch tags pointwise (and casts, copies): computed at the bound, its rows
-                past the count put back to zero (a Where on `arange(B) < count`)
+    pointwise   an op torch tags pointwise (and casts, copies, views keeping the counted dim
+                whole), or a row-wise one (bounded.ROWWISE: mm, addmm and linear of the rows,
+                softmax over another dim): computed at the bound, its rows past the count
+                put back to zero (a Where on `arange(B) < count`)
     sum         sum, sum over dims: as it is (the padded rows add zeros)
     mean        mean, mean over dims: the mean at the bound times B / count where the
                 counted dim is reduced (torch's mean of nothing, 0/0 = nan, too); a mean
