@@ -101,6 +101,41 @@ def _selected(graph):
     return [shapes[n.outputs[0]] for n in graph.nodes if n.op == "Slice"]
 
 
+class Declared(torch.nn.Module):
+    """A mean over at most 8 selected elements, as forward declares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 20).reshape(4, 5))
+
+    def forward(self, x, m):
+        s = (x * self.w).masked_select(m)
+        torch._check(s.size(0) <= 8)
+        return s.mean()
+
+
+def _masks(kept: int) -> torch.Tensor:
+    m = torch.zeros(4, 5, dtype=torch.bool)
+    m.view(-1)[torch.randperm(20, generator=torch.Generator().manual_seed(kept))[:kept]] = True
+    return m
+
+
+def test_more_rows_than_declared_are_refused_when_the_step_runs(tmp_path):
+    """Within the bound the step is torch's; past it torch's check raises, and so does the
+    CPU executor (an index past the scatter's target), never a mean of the first 8."""
+    from planner.torch import trainer
+
+    x, _ = _xm(6)
+    model = Declared()
+    t = trainer(copy.deepcopy(model), (x, _masks(8)), loss=None, optimizer="sgd", lr=0.1,
+                costs="analytical", out_dir=tmp_path)
+    assert t.step(x, _masks(5)) == pytest.approx(float(model(x, _masks(5))), rel=1e-6)
+    with pytest.raises(RuntimeError):
+        model(x, _masks(9))
+    with pytest.raises(Exception, match="out of range"):
+        t.step(x, _masks(9))
+
+
 def _unbounded(x, k):
     n = k.sum().item()
     torch._check_is_size(n)

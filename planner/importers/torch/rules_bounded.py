@@ -29,14 +29,14 @@ A size read as a number (`t.numel()`, `t.shape[0]`) is refused where it is read
 the bound's rows).
 
 Each producer is a composition of ops the planner has, as nonzero_static is
-(planner/importers/torch/rules_index.py): a kept row's place is the count of kept rows
-before it (an exclusive CumSum of the mask), and an IndexScatter writes each row there, every
-dropped row into one extra row that a Slice cuts off. Its gradient is the ops' own: the
-scatter's is a gather of dy at those places, so d(masked_select) scatters back to the mask's
-positions and gives zero elsewhere, as PyTorch's. No new kernel, so both executors run it.
-Where the data hold more rows than a declared bound, the rows past it are dropped (as
-nonzero_static does, and the count says B): the bound is the user's promise, which torch
-checks at run time and the planner does not.
+(planner/importers/torch/rules_index.py): a kept row's place is the count of kept rows up to
+it (a CumSum of the mask), and an IndexScatter writes each row there, every dropped row into
+one extra row (row 0) that a Slice cuts off. Its gradient is the ops' own: the scatter's is a
+gather of dy at those places, so d(masked_select) scatters back to the mask's positions and
+gives zero elsewhere, as PyTorch's. No new kernel, so both executors run it. Where the data
+hold more rows than a declared bound, a kept row's place is past the scatter's target: the
+step refuses it as it refuses any index out of range (the CPU executor raises naming the
+node; the CUDA one writes NaN, so the loss goes NaN), where torch's own check raises.
 
 """
 
@@ -68,23 +68,23 @@ def _counted(n: NodeCtx) -> tuple[str, int]:
 
 def compacted(n: NodeCtx, rows: str | Const, keep: str | Const) -> str:
     """rows (N, *rest), float, with keep (N,) bool: the kept rows first, in order, then zeros,
-    as (B, *rest), B the node's bound; its count (the rows kept, at most B) registered for
-    the node's symbol."""
+    as (B, *rest), B the node's bound; its count (the rows kept) registered for the node's
+    symbol. Row 0 of the scatter's target takes the dropped rows and is cut off; a kept row
+    past a declared bound is an index past the target, which the step refuses (the CPU
+    executor raises naming the node, the CUDA one writes NaN), as torch's check raises."""
     symbol, bound = _counted(n)
     shape = n.shape(rows)
     if max(shape[0], bound) >= EXACT:
         raise Unsupported(f"{n.op} (over {EXACT} rows)")
-    before = n.emit1("CumSum", [n.emit1("Cast", [keep], {"to": "float32"})],
-                     {"axis": 0, "exclusive": True})
-    fits = n.emit1("And", [keep, n.emit1("Less", [before, n.const(bound, "float32")])])
-    place = n.emit1("Cast", [n.emit1("Where", [fits, before, n.const(bound, "float32")])],
+    kept = n.emit1("Cast", [keep], {"to": "float32"})
+    after = n.emit1("CumSum", [kept], {"axis": 0})  # a kept row's place, from 1
+    place = n.emit1("Cast", [n.emit1("Where", [keep, after, n.const(0, "float32")])],
                     {"to": "int64"})
     zeros = n.emit1("Zeros", [], {"shape": [bound + 1, *shape[1:]], "dtype": n.dtype(rows)})
     out = n.emit1("IndexScatter", [zeros, place, rows],
                   {"axis": 0, "mode": "rows", "reduce": "none", "wrap": False})
-    n.counts[symbol] = n.emit1("ReduceSum", [n.emit1("Cast", [fits], {"to": "float32"})],
-                               {"axes": [0], "keepdims": False})
-    return n.emit1("Slice", [out], {"starts": [0], "ends": [bound], "axes": [0]})
+    n.counts[symbol] = n.emit1("ReduceSum", [kept], {"axes": [0], "keepdims": False})
+    return n.emit1("Slice", [out], {"starts": [1], "ends": [bound + 1], "axes": [0]})
 
 
 def _float(n: NodeCtx, x: str | Const) -> None:
