@@ -48,6 +48,9 @@ CASES = {
     "nonzero.mean": lambda x, m: (x > 0).nonzero().float().mean() + x.sum(),
     "argwhere.sum": lambda x, m: torch.argwhere(m).float().sum(0) + x.sum(0)[:2],
     "declared bound": _declared,
+    # a comparison's false and where's -2 past the count would count without the zeroing
+    "bool sum": lambda x, m: (x.masked_select(m) > 0).sum() + x.sum(),
+    "where mean": lambda x, m: torch.where(x.masked_select(m) > 0, 1.0, -2.0).mean(),
     # row-wise readers: linear's bias and log_softmax of a zero row are no zeros
     "linear rows": lambda x, m: F.linear(x[m[:, 0]], x[:3], x[3, :3]).sum(),
     "log_softmax rows": lambda x, m: torch.log_softmax(x[m[:, 0]], dim=1).mean(),
