@@ -42,6 +42,7 @@ CASES = {
     "exp.sum": lambda x, m: torch.exp(x.masked_select(m)).sum(),
     "broadcast mask": lambda x, m: (x.masked_select(m[0]) * 3 + 1).mean(),
     "float64 mean": lambda x, m: x.masked_select(m).double().mean(),
+    "bfloat16 mean": lambda x, m: x.masked_select(m).bfloat16().mean().float(),
     "rows.sum": lambda x, m: x[m[:, 0]].sum(0),
     "rows.mean": lambda x, m: torch.sigmoid(x[m[:, 1]]).mean(0),
     "rows.mean all": lambda x, m: x[m[:, 2]].mean(),

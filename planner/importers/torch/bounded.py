@@ -110,10 +110,14 @@ def respected(n: NodeCtx, call: Call, value: Any, kind: str) -> Any:
     symbol, = {s for s in value_in.counted if s}
     bound = value_in.shape[value_in.counted.index(symbol)]
     dtype = n.dtype(value)
-    count = n.counts[symbol]
-    if dtype != "float32":
-        count = n.emit1("Cast", [count], {"to": dtype})
-    return n.emit1("Div", [n.emit1("Mul", [value, n.const(bound, dtype)]), count])
+    wide = "float64" if dtype == "float64" else "float32"  # a bound bfloat16 cannot hold
+    count, mean = n.counts[symbol], value
+    if wide != "float32":
+        count = n.emit1("Cast", [count], {"to": wide})
+    if dtype != wide:
+        mean = n.emit1("Cast", [value], {"to": wide})
+    mean = n.emit1("Div", [n.emit1("Mul", [mean, n.const(bound, wide)]), count])
+    return mean if dtype == wide else n.emit1("Cast", [mean], {"to": dtype})
 
 
 def _zeroed(n: NodeCtx, value: str, out: Traced) -> str:
@@ -123,5 +127,6 @@ def _zeroed(n: NodeCtx, value: str, out: Traced) -> str:
     alive = n.emit1("Less", [n.const(np.arange(bound, dtype=np.float32), "float32"),
                              n.counts[out.counted[axis]]])
     if axis < len(out.shape) - 1:
-        alive = n.emit1("Reshape", [alive], {"shape": [bound] + [1] * (len(out.shape) - axis - 1)})
+        alive = n.emit1("Reshape", [alive],
+                        {"shape": [bound] + [1] * (len(out.shape) - axis - 1)})
     return n.emit1("Where", [alive, value, n.const(0, n.dtype(value))])
