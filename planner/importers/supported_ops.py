@@ -21,8 +21,12 @@ OPINFO_EXPECTATIONS = (Path(__file__).resolve().parents[2] / "tests" / "importer
 # Known gaps, each refused with a one-line error naming the node (and for ATen its module
 # path): the rules' own refusals, worded for a user.
 LEFT = (
-    "ATen `index.Tensor` with indices on non-adjacent axes, or a boolean mask; `index_put`, "
-    "`scatter`, `gather`",
+    "ATen `index.Tensor` with indices on non-adjacent axes, or a boolean mask over other "
+    "than x's leading dims",
+    "sizes that depend on the data other than masked_select's, nonzero's (argwhere's) and "
+    "`x[mask]`'s (`unique`, `tensor_split` by a tensor, a size made by `.item()`), and of "
+    "those three any reader but pointwise and row-wise ops, sum and mean (each planned at "
+    "its bound with a count: docs/pytorch.md), or the size read as a number",
     "ATen `as_strided` views that overlap, broadcast (stride 0) or run backwards: only a "
     "Reshape/Slice/Transpose chain of its input is expressible",
     "`F.cross_entropy` with class weights, label smoothing, probabilities as targets, a "
@@ -37,7 +41,7 @@ LEFT = (
     "bitwise ops on integer tensors (comparisons, logic and casts of them are supported); "
     "float64 tensors on the executors (the reference interpreter runs them)",
     "random ops in forward (`randn_like`: feed the noise as an input, as a VAE's "
-    "reparametrization can); data-dependent control flow and symbolic shapes",
+    "reparametrization can); data-dependent control flow",
     "ONNX: Gather of a computed integer tensor; GatherND, ScatterND and ScatterElements on "
     "computed tensors (folded on constants only); Loop, If, Scan and the ops not listed",
 )

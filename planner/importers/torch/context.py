@@ -79,8 +79,11 @@ class NodeCtx:
     def __init__(self, imp: Importer, label: str, op: str, args: Sequence[Any],
                  kwargs: dict[str, Any], shape: tuple[int, ...] | None,
                  dropouts: list[int], dtype: str | None = None, node: Any = None,
-                 module: str = "", values: dict[str, Any] | None = None) -> None:
+                 module: str = "", values: dict[str, Any] | None = None,
+                 counts: dict[str, str] | None = None) -> None:
         self.imp = imp
+        # each data-dependent size's count tensor, by its symbol (rules_bounded.py)
+        self.counts = counts if counts is not None else {}
         self.node = node  # the call's record (planner/importers/torch/record.py Call)
         self._values = values or {}  # value name -> its record Value (shape, dtype, strides)
         self.module = module  # the module path of the node (`layers.3.attn`), for messages

@@ -83,6 +83,7 @@ from planner.graph.validate import check_graph
 from planner.importers.kit import Const, Unsupported
 from planner.importers.onnx.context import Importer
 from planner.importers.onnx.fold import FOLD_OUTPUT_LIMIT
+from planner.importers.torch.bounded import consumer, dims_of, respected
 from planner.importers.torch.context import RULES, NodeCtx, TorchImportError, _in, _Unavailable
 from planner.importers.torch.fold_guard import (
     FoldRefused,
@@ -331,6 +332,7 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
     modules: dict[str, str] = {}
     first_error: TorchImportError | None = None
     dropouts = [0]
+    counts: dict[str, str] = {}  # each data-dependent size's count tensor (rules_bounded.py)
     poisoned: set[str] = set()
     kernel_shaped: dict[str, str] = {}  # _check
     for call in calls:
@@ -342,6 +344,8 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
             poisoned.add(call.name)
             continue
         try:
+            # a size the data decide: the reader's kind, or refused
+            bounded = consumer(call, metas) if op != "getitem" else ""
             if op == "getitem":
                 value = env[call.args[0].name][call.args[1]]
             elif _foldable(call, env):
@@ -357,8 +361,10 @@ def _convert_nodes(imp: Importer, calls: tuple[Call, ...], env: dict[str, Any],
                 shape, dtype = _meta(call) if isinstance(call.out, Value) else (None, None)
                 ctx = NodeCtx(imp, call.name, op, _args(call.args, env),
                               _args(dict(call.kwargs), env), shape, dropouts, dtype,
-                              call, call.place or call.module, metas)
+                              call, call.place or call.module, metas, counts)
                 value = RULES[op](ctx)
+                if bounded:
+                    value = respected(ctx, call, value, bounded)
             _check(imp, call, value, kernel_shaped)
             env[call.name] = value
         except Unsupported as e:
@@ -403,7 +409,7 @@ def _foldable(call: Call, env: Mapping[str, Any]) -> bool:
             call.target in UNINITIALIZED or not allowed_to_fold(call.target):
         return False
     vals = call.out if isinstance(call.out, tuple) else (call.out,)
-    if not all(isinstance(v, Value) for v in vals) or \
+    if not all(isinstance(v, Value) and not any(v.counted) for v in vals) or \
             sum(math.prod(v.shape) for v in vals) > FOLD_OUTPUT_LIMIT:
         return False
 
@@ -515,6 +521,11 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
             if not isinstance(value, (str, Const)):
                 raise TorchImportError(f"output {spec.name!r}: not a tensor the planner "
                                        "computes")
+            traced = calls[spec.name].out if spec.name in calls else None
+            if isinstance(traced, Value) and any(traced.counted):
+                raise TorchImportError(f"output {spec.name!r}: its size {dims_of(traced)} "
+                                       f"depends on the data (planned at its bound "
+                                       f"{list(traced.shape)}); return its sum or mean")
             outputs.append(imp.as_tensor(value))
         elif spec.kind in ("buffer_mutation", "parameter_mutation"):
             if spec.target in counters or fresh_draw(imp, env.get(spec.name)):

@@ -32,6 +32,10 @@ class Value:
     dtype: str
     strides: tuple[int, ...] = ()
     offset: int = 0
+    # Per dim, the symbol of a size that depends on the data (torch.export's unbacked `u0`:
+    # masked_select's count), whose dim `shape` holds at its upper bound; "" for a static dim,
+    # () when no dim is such (planner/importers/torch/rules_bounded.py).
+    counted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,8 +183,8 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
             tokens.add(node.name)
             if node.target is not operator.getitem:  # with_effects(token, check, info, api)
                 checks[node.args[2].name] = str(node.args[3])
-        elif node.op == "call_function" and binding is not None and _sized(node, binding,
-                                                                             sizes):
+        elif node.op == "call_function" and (_data_sized(node, sizes) or (
+                binding is not None and _sized(node, binding, sizes))):
             continue
         elif node.op == "call_function":
             calls.append(_call(node, root, binding, sizes))
@@ -212,6 +216,13 @@ def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
     from planner.importers.torch.origin import location, module_path
 
     def arg(a: Any) -> Any:
+        if isinstance(sizes.get(a.name), DataSize):
+            from planner.importers.torch.context import TorchImportError
+
+            raise TorchImportError(
+                f"node {node.name!r} ({node.target}): reads {sizes[a.name].expr}, a size that "
+                f"depends on the data, as a number, which the planner has only as a count at "
+                f"run time: reduce the selected values (sum, mean), or make the size fixed")
         return sizes[a.name] if a.name in sizes else Ref(a.name)
 
     target = "getitem" if node.target is operator.getitem else str(node.target)
@@ -264,6 +275,106 @@ GUARDS = frozenset({"aten._assert_scalar.default", "aten.sym_constrain_range_for
                     "aten.sym_constrain_range.default", "aten._assert_tensor_metadata.default"})
 
 
+@dataclass(frozen=True)
+class DataSize:
+    """A size (or a guard's truth) computed from a size that depends on the data (`u0 <= 6`):
+    no number at import; a call reading it is refused (from_exported). `holds`: a truth that
+    holds over the whole range torch keeps for its sizes (`u0 <= 6` where u0 is in [0, 6]),
+    which a guard may check and the planner drop."""
+
+    expr: str
+    holds: bool = False
+
+
+def _data_sized(node: Any, sizes: dict[str, Any]) -> bool:
+    """Whether `node` computes from a data-dependent size (torch.export's unbacked symbols:
+    `sym_size(masked_select, 0)`, `u0 <= 6`) or checks one (GUARDS): kept in `sizes` as a
+    DataSize and dropped from the program. A guard is dropped only where what it checks holds
+    for every size in the range the planner plans (torch's own range checks, a declared
+    bound); one it could fail (`Eq(u0, 20)`) is refused in one line, never left unchecked."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    val = node.meta.get("val")
+    if isinstance(val, torch.SymInt | torch.SymBool | torch.SymFloat) and \
+            free_unbacked_symbols(val):
+        sizes[node.name] = DataSize(str(val.node.expr), _holds(val))
+        return True
+    held = sizes.get(getattr(node.args[0] if node.args else None, "name", ""))
+    if str(node.target) not in GUARDS or not isinstance(held, DataSize):
+        return False
+    if not held.holds:
+        from planner.importers.torch.context import TorchImportError
+
+        raise TorchImportError(f"node {node.name!r} ({node.target}): torch checks {held.expr} "
+                               f"on a size that depends on the data, which the planned step "
+                               f"cannot check: keep only bounds of it (torch._check(n <= B))")
+    return True
+
+
+def _holds(val: Any) -> bool:
+    """Whether a SymBool of unbacked sizes is a linear inequality in them true at every
+    corner of their ranges (where the corners decide); False for anything else (`Eq`, `Mod`)."""
+    import itertools
+
+    import sympy
+    import torch
+
+    if not isinstance(val, torch.SymBool):
+        return False
+    expr, env = val.node.expr, val.node.shape_env
+    symbols = sorted(expr.free_symbols, key=str)
+    if not isinstance(expr, sympy.Le | sympy.Lt | sympy.Ge | sympy.Gt):
+        return False
+    gap = expr.lhs - expr.rhs
+    if not gap.is_polynomial(*symbols) or sympy.Poly(gap, *symbols).total_degree() > 1:
+        return False
+    ranges = [env.var_to_range.get(u) for u in symbols]
+    if any(r is None or not isinstance(r.lower, sympy.Integer) for r in ranges):
+        return False
+    ends = [(r.lower, r.upper if isinstance(r.upper, sympy.Integer) else sympy.oo)
+            for r in ranges]  # torch's int_oo is no sympy number: sympy's oo compares
+    return all(bool(expr.xreplace(dict(zip(symbols, c, strict=True))))
+               for c in itertools.product(*ends))
+
+
+# torch's upper bound for a size it knows nothing of (sys.maxsize - 1): no bound
+NO_BOUND = (1 << 63) - 2
+
+
+def _bounds(node: Any, val: Any, symbolic: bool) -> dict[int, tuple[Any, int]]:
+    """Each dim of `val` whose size depends on the data (an unbacked symbol, `u0`): the symbol
+    and its upper bound (torch's range for it: the input's numel for masked_select and nonzero,
+    or what `torch._check(n <= B)` declared). One line where a dim has none, or is an
+    expression of such a symbol (`2*u0`); in a trace with symbolic sizes (`symbolic`), where
+    torch bounds masked_select by no number, OutsideTrace: that size is traced as it is."""
+    import sympy
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    from planner.importers.torch.context import TorchImportError
+
+    found = {}
+    for k, d in enumerate(val.shape):
+        if not isinstance(d, torch.SymInt) or not free_unbacked_symbols(d):
+            continue
+        expr = d.node.expr
+        where = f"node {node.name!r} ({getattr(node, 'target', '')}): the size {expr} of dim {k}"
+        if not expr.is_Symbol:
+            raise TorchImportError(f"{where} is an expression of sizes that depend on the "
+                                   f"data; the planner bounds a data-dependent size only as a "
+                                   f"dim of its own")
+        upper = d.node.shape_env.bound_sympy(expr).upper  # torch's int_oo says is_finite
+        bounded = isinstance(upper, sympy.Integer) and int(upper) < NO_BOUND
+        if symbolic and not bounded:
+            raise OutsideTrace(f"{where} has no bound in a trace of symbolic sizes")
+        if not bounded:
+            raise TorchImportError(f"{where} depends on the data and has no upper bound: "
+                                   f"declare one in forward, torch._check(n <= B) of the size n")
+        found[k] = (expr, int(upper))
+    return found
+
+
 def _sized(node: Any, binding: Mapping[Any, int], sizes: dict[str, Any]) -> bool:
     """Whether `node` computes a size or a guard's truth (its value a SymInt, SymBool or
     SymFloat: kept in `sizes` at the binding) or checks one (GUARDS: OutsideTrace where it
@@ -307,6 +418,9 @@ def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
 def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Value | None:
     if val is None or not hasattr(val, "shape"):
         return None
+    bounds = _bounds(node, val, binding is not None)
+    if bounds:  # planned at the bound (planner/importers/torch/rules_bounded.py)
+        binding = {**(binding or {}), **dict(bounds.values())}
     try:
         shape = tuple(int(_at(d, binding)) for d in val.shape)
         strides = tuple(int(_at(s, binding)) for s in val.stride())
@@ -322,7 +436,9 @@ def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Val
                 f"form (torch.where with a mask, nonzero_static)") from None
         raise TorchImportError(f"node {node.name!r}: symbolic shape {list(val.shape)}; export "
                                "with static shapes") from None
-    return Value(shape, str(val.dtype).removeprefix("torch."), strides, offset)
+    counted = tuple(str(bounds[k][0]) if k in bounds else "" for k in range(len(shape))) \
+        if bounds else ()
+    return Value(shape, str(val.dtype).removeprefix("torch."), strides, offset, counted)
 
 
 def _tensor(t: Any) -> Tensor:

@@ -28,6 +28,7 @@ from planner.importers.gather import gather_rows
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
 from planner.importers.torch.norm_stats import group_norm_stats, layer_norm_stats
+from planner.importers.torch.rules_bounded import masked_rows
 from planner.importers.torch.rules_conv import conv3d, conv_transpose2d
 from planner.importers.torch.rules_index import gather_positions, strided_positions
 from planner.importers.torch.rules_pointwise import as_dtype, bool_product, cast, clamp_numbers
@@ -190,6 +191,8 @@ def index(n: NodeCtx) -> Value:
     axes = [k for k, _ in picked]
     if not picked or axes != list(range(axes[0], axes[0] + len(axes))):
         raise Unsupported(f"{n.op} (indices on non-adjacent axes {axes})")
+    if any(n.dtype(v) == "bool" for _, v in picked):  # x[mask]: a size the data decide
+        return masked_rows(n, picked)
     if any(not n.dtype(v).startswith(("int", "uint")) for _, v in picked):
         raise Unsupported(f"{n.op} ({', '.join(n.dtype(v) for _, v in picked)} indices)")
     if not n.dtype(x).startswith(("float", "bfloat")):
