@@ -531,6 +531,9 @@ CASES: dict[str, list[tuple]] = {
     "MatrixSlogdet": [([((3, 4, 4), N)], {})],
     "MatrixSvd": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {}), ([((4, 4), N)], {})],
     "MatrixQr": [([((2, 5, 3), N)], {}), ([((4, 4), N)], {})],
+    "MatrixGeqrf": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {})],
+    # Padé degree 13 with squarings (norms near 6 and 20); 3, 5, 7 and 9 (scaled: _derived)
+    "MatrixExp": [([((3, 6, 6), N)], {}), ([((12, 12), N)], {}), ([((4, 3, 3), N)], {})],
     # made positive definite, but for the second matrix with info (_derived)
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     # made symmetric (_derived); the second reads only the upper triangle
@@ -584,6 +587,8 @@ UNPOISONED = {
     "MatrixSlogdet": {0},
     "MatrixSvd": {0},
     "MatrixQr": {0},
+    "MatrixGeqrf": {0},
+    "MatrixExp": {0},
     "Cholesky": {0},
     "MatrixEigh": {0},
     "MatrixLuFactor": {0},
@@ -598,6 +603,7 @@ def _derived(op, attrs, xs):
     EmbeddingBag's offsets rise from 0, with an empty bag; IndexScatterGrad's out is the
     IndexScatter it differentiates (of x and src rounded: ties); Cholesky's A is x x^T + n I
     (positive definite; with info, a matrix that is not); MatrixEigh's A is x + x^T;
+    MatrixExp's small matrices are scaled to the norms of each Padé degree;
     LuPermutation's pivots are 1-based int32."""
     if op == "ReduceGrad":
         opdef = get_op(attrs["of"])
@@ -626,6 +632,9 @@ def _derived(op, attrs, xs):
             xs[0][1, 2:, 2:] *= -1  # fails at pivot 3
     if op == "LuPermutation":
         xs[0] = (xs[0] + 1).astype(np.int32)  # LAPACK's 1-based pivots
+    if op == "MatrixExp" and xs[0].shape == (4, 3, 3):  # 1-norms for Padé degrees 3 to 9
+        norms = np.abs(xs[0]).sum(-1).max(-1)  # the kernel reads A^T's 1-norm
+        xs[0] *= (np.array([0.01, 0.2, 0.8, 1.8]) / norms)[:, None, None].astype(np.float32)
     if op == "MatrixEigh":
         xs[0] = xs[0] + np.swapaxes(xs[0], -1, -2)
         if attrs.get("upper"):

@@ -263,3 +263,27 @@ def test_lu_factor_gradient_is_torchs(shape):
     grads, dys = check_gradient("MatrixLuFactor", [a], of=[0], tol=1e-5)
     (want,) = torch_gradients(lambda t: torch.linalg.lu_factor(t).LU, [a], dys, [0])
     np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 5)])
+def test_geqrf_reference_is_torchs(shape):
+    """R and the reflectors packed, and tau, as torch.geqrf's (LAPACK's in float64), tall and
+    wide; the reflectors' product is the reduced QR's Q."""
+    a = normal(shape, 7)
+    packed, tau = checked_reference("MatrixGeqrf", [a])
+    want = torch.geqrf(torch.tensor(a))
+    np.testing.assert_allclose(packed, want[0].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tau, want[1].numpy(), rtol=1e-12, atol=1e-12)
+    if shape[-2] >= shape[-1]:
+        q = torch.linalg.householder_product(want[0], want[1]).numpy()
+        np.testing.assert_allclose(q, reference("MatrixQr", [a])[0], atol=1e-12)
+
+
+def test_matrix_exp_of_a_nonfinite_matrix_is_nan():
+    """A NaN or inf entry makes that matrix's exponential NaN throughout (the kernel's scaling
+    has no norm to choose from), the others' unchanged."""
+    a = np.stack([np.eye(3), np.eye(3)])
+    a[1, 0, 2] = np.inf
+    (y,) = reference("MatrixExp", [a])
+    np.testing.assert_allclose(y[0], np.e * np.eye(3), rtol=1e-14)
+    assert np.isnan(y[1]).all()
