@@ -138,7 +138,9 @@ def _lapack_scratch(op: str):
                   "MatrixLuFactor": m * n + k, "MatrixSvd": m * n + svd_work + 8 * k,
                   "MatrixQr": m * n + n + 64 * max(n, 1),
                   "MatrixGeqrf": m * n + n + 64 * max(n, 1),
-                  "MatrixExp": 16 * n * n + 2 * n}[op]
+                  "MatrixExp": 16 * n * n + 2 * n,
+                  "MatrixLdlFactor": n * n + n + 64 * max(n, 1),
+                  "MatrixLdlSolve": n * n + n * ins[-1].shape[-1] + n}[op]
         return threads * 4 * floats
     return scratch
 
@@ -197,6 +199,8 @@ def torch_linalg_error(api: str, batched: bool, failures: np.ndarray) -> str | N
         return (f"{where}: The factorization could not be completed because the input is not "
                 f"positive-definite (the leading minor of order {info} is not "
                 f"positive-definite).")
+    if "ldl_factor" in api:  # (torch's internal assert names no batch element)
+        return f"{api}: Unknown error code: {info}."
     if "lu_factor" in api:
         return (f"{where}: U[{info},{info}] is zero and using it on lu_solve would result in a "
                 f"division by zero. If you still want to perform the factorization, consider "
@@ -869,4 +873,71 @@ register(OpDef(
     # Padé 13: 6 products of n x n matrices and an LU solve, then a few squarings
     flops=lambda ins, outs, a: _batch(ins[0]) * 20 * ins[0].shape[-1] ** 3,
     doc="The matrix exponential of each square matrix (scaling and squaring, Padé).",
+))
+
+
+# ---- MatrixLdlFactor, MatrixLdlSolve ---------------------------------------------------------
+
+def _ldl_factor_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    n = _square("MatrixLdlFactor", ins[0])
+    return [ins[0], TensorType((*ins[0].shape[:-2], n), "int32"), *_info_type(ins[0], a)]
+
+
+def _ldl_factor(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK sytrf's (Bunch-Kaufman, lower) A = P L D L^T P^T of A's lower triangle (here
+    float64's, through scipy), matrix by matrix: L and the 1 x 1 and 2 x 2 blocks of D packed
+    in the lower triangle, zeros above (torch's), LAPACK's 1-based pivots (a negative pair: a
+    2 x 2 block); info the 1-based index of a zero diagonal of D (the factors still given)."""
+    import scipy.linalg.lapack
+
+    x = _wide(xs[0])
+    ld = np.zeros_like(x)
+    piv = np.zeros(x.shape[:-1], np.int32)
+    failures = np.zeros(x.shape[:-2], np.int32)
+    for idx in np.ndindex(x.shape[:-2]):
+        if x.shape[-1]:
+            ld[idx], piv[idx], failures[idx] = scipy.linalg.lapack.dsytrf(x[idx], lower=1)
+    info = _failed(x, failures, a)
+    return [np.tril(ld).astype(xs[0].dtype), piv, *info]
+
+
+register(OpDef(
+    name="MatrixLdlFactor", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
+    infer=_ldl_factor_infer, reference=_ldl_factor, scratch=_lapack_scratch("MatrixLdlFactor"),
+    flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
+    doc="LDL^T with Bunch-Kaufman pivoting of each symmetric matrix's lower triangle (sytrf).",
+))
+
+
+def _ldl_solve_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    ld, piv, b = ins
+    n = _square("MatrixLdlSolve", ld)
+    require_float("MatrixLdlSolve", b, "B")
+    if piv.dtype != "int32" or piv.shape != (*ld.shape[:-2], n):
+        raise OpError(f"MatrixLdlSolve: pivots must be int32 {[*ld.shape[:-2], n]}, got "
+                      f"{piv.dtype} {list(piv.shape)}")
+    if b.rank != ld.rank or b.shape[:-1] != ld.shape[:-1]:
+        raise OpError(f"MatrixLdlSolve: B must be (..., {n}, k) with LD's batch axes "
+                      f"{list(ld.shape[:-2])}, got {list(b.shape)}")
+    return [b]
+
+
+def _ldl_solve(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK sytrs: X with A X = B from MatrixLdlFactor's LD and pivots (float64, scipy)."""
+    import scipy.linalg.lapack
+
+    ld, piv, b = _wide(xs[0]), np.asarray(xs[1]), _wide(xs[2])
+    out = np.zeros_like(b)
+    for idx in np.ndindex(b.shape[:-2]):
+        if b[idx].size:
+            out[idx] = scipy.linalg.lapack.dsytrs(ld[idx], piv[idx], b[idx], lower=1)[0]
+    return [out.astype(xs[2].dtype)]
+
+
+register(OpDef(
+    name="MatrixLdlSolve", arity=3, cost_class="gemm", recompute="expensive",
+    infer=_ldl_solve_infer, reference=_ldl_solve, scratch=_lapack_scratch("MatrixLdlSolve"),
+    nondiff_inputs=(1,),
+    flops=lambda ins, outs, a: _batch(ins[2]) * 2 * ins[0].shape[-1] ** 2 * ins[2].shape[-1],
+    doc="X with A X = B from A's LDL^T factors (LAPACK sytrs).",
 ))

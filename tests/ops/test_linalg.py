@@ -287,3 +287,35 @@ def test_matrix_exp_of_a_nonfinite_matrix_is_nan():
     (y,) = reference("MatrixExp", [a])
     np.testing.assert_allclose(y[0], np.e * np.eye(3), rtol=1e-14)
     assert np.isnan(y[1]).all()
+
+
+def _indefinite(shape, seed):
+    """Symmetric, indefinite; the second matrix with a zero diagonal (2 x 2 pivots)."""
+    a = _symmetric(shape, seed)
+    a[1] -= np.diag(np.diag(a[1]))
+    return a
+
+
+def test_ldl_factor_and_solve_are_torchs():
+    """LD (lower, zeros above), LAPACK's pivots (negative pairs: 2 x 2 blocks) and info of
+    torch.linalg.ldl_factor_ex, only A's lower triangle read; ldl_solve's X torch's; a zero
+    matrix's info 1 and, with `check`, torch's error's last words (torch raises it as an
+    internal assert)."""
+    a = _indefinite((3, 5, 5), 8)
+    a[2] = 0.0
+    noisy = a + np.triu(normal(a.shape, 9), 1)
+    ld, piv, info = checked_reference("MatrixLdlFactor", [noisy], info=True)
+    want = torch.linalg.ldl_factor_ex(torch.tensor(a))
+    np.testing.assert_allclose(ld, want.LD.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(piv, want.pivots.numpy())
+    np.testing.assert_array_equal(info, want.info.numpy())
+    assert (piv[1] < 0).any()
+    b = normal((2, 5, 3), 10)
+    (x,) = checked_reference("MatrixLdlSolve", [ld[:2], piv[:2], b])
+    np.testing.assert_allclose(x, np.linalg.solve(a[:2], b), rtol=1e-10, atol=1e-12)
+    with pytest.raises(Exception) as torchs:
+        torch.linalg.ldl_factor(torch.tensor(a))
+    with pytest.raises(OpError) as ours:
+        reference("MatrixLdlFactor", [a], {"check": "torch.linalg.ldl_factor"})
+    assert str(ours.value) == "torch.linalg.ldl_factor: Unknown error code: 1."
+    assert str(torchs.value).endswith(f"please report a bug to PyTorch. {ours.value}")

@@ -35,6 +35,11 @@ void PLANNER_LAPACK(sgeqrf)(const int* m, const int* n, float* a, const int* lda
                             float* work, const int* lwork, int* info);
 void PLANNER_LAPACK(sorgqr)(const int* m, const int* n, const int* k, float* a, const int* lda,
                             const float* tau, float* work, const int* lwork, int* info);
+void PLANNER_LAPACK(ssytrf)(const char* uplo, const int* n, float* a, const int* lda, int* ipiv,
+                            float* work, const int* lwork, int* info, size_t uplo_len);
+void PLANNER_LAPACK(ssytrs)(const char* uplo, const int* n, const int* nrhs, const float* a,
+                            const int* lda, const int* ipiv, float* b, const int* ldb,
+                            int* info, size_t uplo_len);
 // float64, for MatrixExp's Padé approximant (computed wide, rounded once)
 void PLANNER_LAPACK(dgemm)(const char* transa, const char* transb, const int* m, const int* n,
                            const int* k, const double* alpha, const double* a, const int* lda,

@@ -1,7 +1,8 @@
 // MatrixInverse, MatrixSolve, MatrixSlogdet, Cholesky, MatrixEigh, MatrixLuFactor, MatrixSvd,
-// MatrixQr and MatrixGeqrf (planner/ops/linalg.py) through LAPACK in float32 (../lapack.h): the
-// matrices of the batch split between threads, each copied into its thread's part of the
-// scratch and factored there by one LAPACK call (QR: two). MatrixExp by a Padé approximant of
+// MatrixQr, MatrixGeqrf, MatrixLdlFactor and MatrixLdlSolve (planner/ops/linalg.py) through
+// LAPACK in float32 (../lapack.h): the matrices of the batch split between threads, each
+// copied into its thread's part of the scratch and factored there by one LAPACK call (QR:
+// two). MatrixExp by a Padé approximant of
 // float64 GEMMs and one LU solve. (And LuPermutation, which reads LAPACK's pivots.)
 //
 // The tensors are row-major, LAPACK column-major: the LU ops copy A transposed, so that LAPACK
@@ -30,7 +31,8 @@ namespace planner {
 namespace {
 
 enum class LapackOp {
-  kInverse, kSolve, kSlogdet, kCholesky, kEigh, kLuFactor, kSvd, kQr, kGeqrf, kExp
+  kInverse, kSolve, kSlogdet, kCholesky, kEigh, kLuFactor, kSvd, kQr, kGeqrf, kExp, kLdlFactor,
+  kLdlSolve
 };
 
 // sgesdd's workspace for the thin SVD (JOBZ 'S') of a rows x n matrix: its largest minimum
@@ -62,6 +64,8 @@ int64_t lapack_floats(LapackOp op, int64_t n, int64_t k) {
     case LapackOp::kGeqrf: return k * n + n + qr_lwork(n);  // A, tau, work
     // in float64 (2 floats each): A, its powers A^2..A^8, U, V and a product; the pivots
     case LapackOp::kExp: return 2 * 8 * n * n + 2 * n;
+    case LapackOp::kLdlFactor: return n * n + n + qr_lwork(n);  // A, ipiv, ssytrf's work
+    case LapackOp::kLdlSolve: return n * n + n * k + n;         // LD, B, ipiv
   }
   return 0;
 }
@@ -81,6 +85,8 @@ std::string torch_linalg_error(const std::string& api, int64_t batch_element, in
     return where + ": The factorization could not be completed because the input is not "
                    "positive-definite (the leading minor of order " + k +
            " is not positive-definite).";
+  if (api.find("ldl_factor") != std::string::npos)  // (torch names no batch element here)
+    return api + ": Unknown error code: " + k + ".";
   if (api.find("lu_factor") != std::string::npos)
     return where + ": U[" + k + "," + k + "] is zero and using it on lu_solve would result in "
                    "a division by zero. If you still want to perform the factorization, "
@@ -92,7 +98,8 @@ class LapackMatrices : public Kernel {
  public:
   explicit LapackMatrices(const Node& n, LapackOp op) : op_(op), threads_(n.threads) {
     for (const auto& t : n.in)
-      if (t.dtype != F32) throw std::runtime_error(n.spec->op + std::string(": float32 tensors"));
+      if (t.dtype != (op == LapackOp::kLdlSolve && &t == &n.in[1] ? I32 : F32))
+        throw std::runtime_error(n.spec->op + std::string(": float32 tensors, int32 pivots"));
     const Shape& a = n.in[0].shape;
     size_ = a.back();
     for (size_t d = 0; d + 2 < a.size(); ++d) batch_ *= a[d];
@@ -100,20 +107,22 @@ class LapackMatrices : public Kernel {
     const bool rectangular = op == LapackOp::kLuFactor || op == LapackOp::kSvd ||
                              op == LapackOp::kQr || op == LapackOp::kGeqrf;
     columns_ = op == LapackOp::kSolve ? n.in[1].shape.back()
+               : op == LapackOp::kLdlSolve ? n.in[2].shape.back()
                : rectangular ? a[a.size() - 2] : size_;  // LU, SVD, QR: A's rows
     transpose_ = op == LapackOp::kSolve && n.attrs.b("transpose");
     upper_ = op == LapackOp::kEigh && n.attrs.has("upper") && n.attrs.b("upper");
     if (n.attrs.has("check")) check_ = n.attrs.s("check");
     a_ = n.in[0].id;
-    b_ = op == LapackOp::kSolve ? n.in[1].id : -1;
+    b_ = op == LapackOp::kSolve ? n.in[1].id : op == LapackOp::kLdlSolve ? n.in[2].id : -1;
     y_ = n.out[0].id;
     // the second output: log|det|, eigenvectors, singular values, R, tau
     const bool two = op == LapackOp::kSlogdet || op == LapackOp::kEigh ||
                      op == LapackOp::kSvd || op == LapackOp::kQr || op == LapackOp::kGeqrf;
     y2_ = two ? n.out[1].id : -1;
     y3_ = op == LapackOp::kSvd ? n.out[2].id : -1;  // Vh
-    pivots_ = op == LapackOp::kLuFactor ? n.out[1].id : -1;
-    const size_t info_at = op == LapackOp::kLuFactor ? 2 : 1;
+    pivots_ = op == LapackOp::kLuFactor || op == LapackOp::kLdlFactor ? n.out[1].id
+              : op == LapackOp::kLdlSolve ? n.in[1].id : -1;  // (LDL solve: read)
+    const size_t info_at = op == LapackOp::kLuFactor || op == LapackOp::kLdlFactor ? 2 : 1;
     info_ = y2_ < 0 && n.out.size() > info_at ? n.out[info_at].id : -1;
     if (size_ > std::numeric_limits<int>::max() / std::max<int64_t>(size_, 1) / 4)
       throw std::runtime_error("matrices of " + std::to_string(size_) +
@@ -164,6 +173,8 @@ class LapackMatrices : public Kernel {
       case LapackOp::kQr:
       case LapackOp::kGeqrf: return qr(m, a, y, y2, w);
       case LapackOp::kExp: return expm(m, a, y, reinterpret_cast<double*>(w));
+      case LapackOp::kLdlFactor: return ldl_factor(m, a, y, pivots, w);
+      case LapackOp::kLdlSolve: return ldl_solve(m, a, b, pivots, y, w);
       default: break;
     }
     a += m * size_ * size_;
@@ -372,6 +383,51 @@ class LapackMatrices : public Kernel {
 
   int expm(int64_t m, const float* a, float* y, double* x) const;
 
+  // torch.linalg.ldl_factor: ssytrf ('L', Bunch-Kaufman) of A copied column-major, so that
+  // LAPACK reads A's lower triangle as torch's does; LD its lower triangle, zeros above (as
+  // torch's), the pivots LAPACK's (1-based, negative for a 2 x 2 block). A singular D is
+  // LAPACK's info, its factors still written.
+  int ldl_factor(int64_t m, const float* a, float* y, int32_t* pivots, float* w) const {
+    const int n = static_cast<int>(size_);
+    a += m * size_ * size_;
+    y += m * size_ * size_;
+    pivots += m * size_;
+    for (int64_t i = 0; i < size_; ++i)
+      for (int64_t j = 0; j < size_; ++j) w[i + j * size_] = a[i * size_ + j];
+    int* piv = reinterpret_cast<int*>(w + size_ * size_);
+    const int lwork = static_cast<int>(qr_lwork(size_));
+    int info = 0;
+    if (n > 0) PLANNER_LAPACK(ssytrf)("L", &n, w, &n, piv, w + size_ * size_ + size_, &lwork,
+                                      &info, 1);
+    for (int64_t i = 0; i < size_; ++i) {
+      pivots[i] = piv[i];
+      for (int64_t j = 0; j < size_; ++j) y[i * size_ + j] = j > i ? 0.0f : w[i + j * size_];
+    }
+    return info;
+  }
+
+  // torch.linalg.ldl_solve: ssytrs with ldl_factor's LD and pivots, B's columns at once.
+  int ldl_solve(int64_t m, const float* ld, const float* b, const int32_t* pivots, float* y,
+                float* w) const {
+    const int n = static_cast<int>(size_), k = static_cast<int>(columns_);
+    ld += m * size_ * size_;
+    b += m * size_ * columns_;
+    y += m * size_ * columns_;
+    pivots += m * size_;
+    float* rhs = w + size_ * size_;
+    int* piv = reinterpret_cast<int*>(rhs + size_ * columns_);
+    for (int64_t i = 0; i < size_; ++i) {
+      piv[i] = pivots[i];
+      for (int64_t j = 0; j < size_; ++j) w[i + j * size_] = ld[i * size_ + j];
+      for (int64_t c = 0; c < columns_; ++c) rhs[i + c * size_] = b[i * columns_ + c];
+    }
+    int info = 0;
+    if (n > 0 && k > 0) PLANNER_LAPACK(ssytrs)("L", &n, &k, w, &n, piv, rhs, &n, &info, 1);
+    for (int64_t i = 0; i < size_; ++i)
+      for (int64_t c = 0; c < columns_; ++c) y[i * columns_ + c] = rhs[i + c * size_];
+    return info;
+  }
+
   LapackOp op_;
   int threads_;
   int64_t size_ = 0, batch_ = 1, columns_ = 0;
@@ -506,6 +562,8 @@ KernelPtr lapack_svd(const Node& n) { return lapack_kernel(n, LapackOp::kSvd); }
 KernelPtr lapack_qr(const Node& n) { return lapack_kernel(n, LapackOp::kQr); }
 KernelPtr lapack_geqrf(const Node& n) { return lapack_kernel(n, LapackOp::kGeqrf); }
 KernelPtr lapack_exp(const Node& n) { return lapack_kernel(n, LapackOp::kExp); }
+KernelPtr lapack_ldl_factor(const Node& n) { return lapack_kernel(n, LapackOp::kLdlFactor); }
+KernelPtr lapack_ldl_solve(const Node& n) { return lapack_kernel(n, LapackOp::kLdlSolve); }
 
 // LuPermutation: P (A's rows square) of A = P L U from the 1-based pivots (row k swapped with
 // row pivots[k] - 1, in order): P[order[j]][j] = 1 for the rows' order after the swaps. A
@@ -559,6 +617,8 @@ PLANNER_REGISTER_KERNELS(lapack) {
   r["MatrixQr"] = lapack_qr;
   r["MatrixGeqrf"] = lapack_geqrf;
   r["MatrixExp"] = lapack_exp;
+  r["MatrixLdlFactor"] = {lapack_ldl_factor, "float32,int32"};
+  r["MatrixLdlSolve"] = {lapack_ldl_solve, "float32,int32"};
 }
 
 }  // namespace planner
