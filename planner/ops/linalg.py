@@ -1,17 +1,24 @@
 """Batched small-matrix linear algebra: the square matrices of the last two axes, each solved on
-its own (torch.linalg's inv, solve, slogdet, cholesky, eigh and what decomposes onto them).
+its own (torch.linalg's inv, solve, slogdet, cholesky, eigh, svd, qr, matrix_exp, torch's
+geqrf and what decomposes onto them).
 
     MatrixInverse  [A (..., n, n)] -> A^-1
     MatrixSolve    [A (..., n, n), B (..., n, k)] -> X with A X = B (transpose: A^T X = B);
                    A and B share their batch axes
     MatrixSlogdet  [A (..., n, n)] -> sign (...), log|det A| (...)
     MatrixSvd      [A (..., m, n)] -> U (..., m, k), S (..., k) descending, Vh (..., k, n),
-                   k = min(m, n): the thin SVD by one-sided Jacobi rotations in float64, each
-                   (u_j, vh_j) signed so that u_j's largest entry is positive
+                   k = min(m, n): the thin SVD, each (u_j, vh_j) signed so that u_j's entry
+                   of largest magnitude (the first such) is positive (LAPACK's sign is its
+                   own choice, torch's LAPACK's)
     Cholesky       [A (..., n, n)] -> L, lower triangular with L L^T = A (A symmetric positive
                    definite; only A's lower triangle is read, as LAPACK's potrf)
     MatrixQr       [A (..., m, n), m >= n] -> Q (..., m, n), R (..., n, n): the reduced QR by
                    Householder reflections signed as LAPACK's (torch's, numpy's)
+    MatrixGeqrf    [A (..., m, n)] -> packed (..., m, n), tau (..., k): LAPACK geqrf's R and
+                   Householder vectors in one matrix, and their scales (torch.geqrf; no
+                   gradient, as torch's). CPU only
+    MatrixExp      [A (..., n, n)] -> exp(A) by scaling and squaring (Higham 2005's Padé
+                   approximants), in float64 in the kernel. CPU only
     MatrixLuFactor [A (..., m, n)] -> LU (..., m, n), pivots (..., k) int32, k = min(m, n):
                    getrf's partial pivoting LU, L's strict lower part and U packed, 1-based
     LuPermutation  [pivots (..., k) int32] -> P (..., m, m) with A = P L U (attr rows: m).
@@ -30,9 +37,10 @@ word for word: an OpError here, a StepError naming the node in the CPU executor 
 executor gives the values below).
 
 The CPU kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp: getrf,
-getrs, getri, potrf, syevd, one matrix per thread), as torch does; the CUDA kernels, and the
-CPU's MatrixSvd and MatrixQr, factor each matrix in float64 (templates/common/small_linalg.h)
-and round once. The references factor in float64. A matrix that does not factor is no error
+getrs, getri, potrf, syevd, gesdd, geqrf, orgqr, one matrix per thread), as torch does
+(MatrixExp: float64 dgemm, dgetrf, dgetrs, rounded once); the CUDA kernels factor each
+matrix in float64 (templates/common/small_linalg.h) and round once. The references factor
+in float64. A matrix that does not factor is no error
 without `check`: a singular matrix's inverse and solve are NaN on the CPU (inf or NaN from the
 zero pivot on CUDA), its slogdet sign 0 and log|det| -inf (torch's); Cholesky gives NaN from
 the first failing column on.
@@ -51,9 +59,12 @@ Gradients (derivatives.yaml's formulas, in the graph's own MatMul and these ops)
                    -1)) + tril(dL1, -1); dL2] U^-T (dL, dU: dLU's first k columns, rows)
     MatrixEigh     dA = V (skew(V^T dV) / 2 / E + diag(dL)) V^T, E_ij = L_j - L_i
                    (linalg_eig_backward: torch's gauge, no rotation within an eigenspace)
+    MatrixExp      dA = the upper-right block of exp([[A^T, dY], [0, A^T]]) (the Fréchet
+                   derivative's adjoint, torch's differential_analytic_matrix_function)
 
 FLOPs: n^3 per matrix for the factorization (2/3 n^3 LU, 1/3 n^3 Cholesky, as multiply-adds
-of 2), plus 2 n^2 per right-hand side column of a solve (inverse: n columns); eigh 18 n^3.
+of 2), plus 2 n^2 per right-hand side column of a solve (inverse: n columns); eigh 18 n^3,
+exp 20 n^3.
 
 Example:
     >>> import numpy as np
@@ -115,13 +126,21 @@ def _wide(x: np.ndarray) -> np.ndarray:
 def _lapack_scratch(op: str):
     """The CPU kernel's (templates/cpu/runtime/kernels/lapack.cpp, `lapack_floats`): a float32
     workspace per thread: the matrix, a solve's right-hand sides, the int32 pivots and what the
-    LAPACK routine asks for (ssyevd's work and iwork for eigenvectors)."""
+    LAPACK routine asks for (ssyevd's work and iwork for eigenvectors, sgesdd's, geqrf's and
+    orgqr's blocked work); MatrixExp's float64 Padé terms, two floats each."""
     def scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
-        n = ins[0].shape[-1]
+        m, n = ins[0].shape[-2:] if ins[0].rank >= 2 else (0, 0)
+        k = min(m, n)
+        svd_work = 4 * k * k + 7 * k + max(m, n) + 32 * (m + n)
         floats = {"MatrixSolve": n * n + n * (ins[-1].shape[-1]) + n,
                   "MatrixInverse": n * n + 2 * n, "MatrixSlogdet": n * n + n,
                   "Cholesky": n * n, "MatrixEigh": 3 * n * n + 12 * n + 4,
-                  "MatrixLuFactor": ins[0].shape[-2] * n + min(ins[0].shape[-2:])}[op]
+                  "MatrixLuFactor": m * n + k, "MatrixSvd": m * n + svd_work + 8 * k,
+                  "MatrixQr": m * n + n + 64 * max(n, 1),
+                  "MatrixGeqrf": m * n + n + 64 * max(n, 1),
+                  "MatrixExp": 16 * n * n + 2 * n,
+                  "MatrixLdlFactor": n * n + n + 64 * max(n, 1),
+                  "MatrixLdlSolve": n * n + n * ins[-1].shape[-1] + n}[op]
         return threads * 4 * floats
     return scratch
 
@@ -180,6 +199,8 @@ def torch_linalg_error(api: str, batched: bool, failures: np.ndarray) -> str | N
         return (f"{where}: The factorization could not be completed because the input is not "
                 f"positive-definite (the leading minor of order {info} is not "
                 f"positive-definite).")
+    if "ldl_factor" in api:  # (torch's internal assert names no batch element)
+        return f"{api}: Unknown error code: {info}."
     if "lu_factor" in api:
         return (f"{where}: U[{info},{info}] is zero and using it on lu_solve would result in a "
                 f"division by zero. If you still want to perform the factorization, consider "
@@ -684,21 +705,24 @@ def _svd_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[s
     return [_matmul(g, u, _matmul(g, inner, vh))]
 
 
-def _svd_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
-    """A workspace per thread: A's tall orientation (r x c), the rotations (c x c), c norms."""
+def _svd_gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's workspace per matrix (common/small_linalg.h's one-sided Jacobi): A's
+    tall orientation (r x c), the rotations (c x c), c norms, in float64."""
     m, n = ins[0].shape[-2:]
     r, c = max(m, n), min(m, n)
-    return threads * 8 * (r * c + c * c + c)
+    return _batch(ins[0]) * 8 * (r * c + c * c + c)
 
 
 register(OpDef(
     name="MatrixSvd", arity=1, cost_class="gemm", recompute="expensive",
-    infer=_svd_infer, reference=_svd, gradient=_svd_gradient, scratch=_svd_scratch,
-    gpu_scratch=lambda ins, outs, a: _svd_scratch(ins, outs, a, _batch(ins[0])),
-    # a few Jacobi sweeps of c (c - 1) / 2 column rotations, 6 r multiply-adds each
-    flops=lambda ins, outs, a: _batch(ins[0]) * 10 * 6 * max(ins[0].shape[-2:]) *
-    min(ins[0].shape[-2:]) ** 2,
-    doc="Thin SVD A = U diag(S) Vh of each matrix of the last two axes (one-sided Jacobi).",
+    infer=_svd_infer, reference=_svd, gradient=_svd_gradient,
+    scratch=_lapack_scratch("MatrixSvd"), gpu_scratch=_svd_gpu_scratch,
+    # Golub and Van Loan's count for the thin SVD with U and V (R-SVD): 6 r c^2 + 20 c^3
+    flops=lambda ins, outs, a: _batch(ins[0]) * (6 * max(ins[0].shape[-2:]) *
+                                                 min(ins[0].shape[-2:]) ** 2 +
+                                                 20 * min(ins[0].shape[-2:]) ** 3),
+    doc="Thin SVD A = U diag(S) Vh of each matrix of the last two axes (CPU: LAPACK gesdd; "
+        "CUDA: one-sided Jacobi).",
 ))
 
 
@@ -749,18 +773,171 @@ def _qr_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[st
     return [_transpose(g, g.emit("MatrixSolve", [r, _transpose(g, x)])[0])]
 
 
-def _qr_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs, threads: int) -> int:
-    """A workspace per thread: the vectors and R, Q, the scales (float64)."""
+def _qr_gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's workspace per matrix (common/small_linalg.h's Householder): the
+    vectors and R, Q, the scales (float64)."""
     m, n = ins[0].shape[-2:]
-    return threads * 8 * (2 * m * n + n)
+    return _batch(ins[0]) * 8 * (2 * m * n + n)
 
 
 register(OpDef(
     name="MatrixQr", arity=1, cost_class="gemm", recompute="expensive",
-    infer=_qr_infer, reference=_qr, gradient=_qr_gradient, scratch=_qr_scratch,
-    gpu_scratch=lambda ins, outs, a: _qr_scratch(ins, outs, a, _batch(ins[0])),
+    infer=_qr_infer, reference=_qr, gradient=_qr_gradient, scratch=_lapack_scratch("MatrixQr"),
+    gpu_scratch=_qr_gpu_scratch,
     # Householder: 2 n^2 (m - n/3) for R, as much again for Q
     flops=lambda ins, outs, a: _batch(ins[0]) * 4 * ins[0].shape[-1] ** 2 *
     max(ins[0].shape[-2] - ins[0].shape[-1] // 3, 1),
-    doc="Reduced QR A = Q R of each tall or square matrix (Householder, LAPACK's signs).",
+    doc="Reduced QR A = Q R of each tall or square matrix (CPU: LAPACK geqrf, orgqr; CUDA: "
+        "Householder, LAPACK's signs).",
+))
+
+
+# ---- MatrixGeqrf -----------------------------------------------------------------------------
+
+def _geqrf_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    x = ins[0]
+    require_float("MatrixGeqrf", x, "A")
+    if x.rank < 2:
+        raise OpError(f"MatrixGeqrf: A must be matrices (..., m, n), got shape {list(x.shape)}")
+    return [x, TensorType((*x.shape[:-2], min(x.shape[-2:])), x.dtype)]
+
+
+def _geqrf(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK geqrf's A = Q R (numpy.linalg.qr's raw mode, transposed to row-major): R in the
+    upper triangle, the Householder vectors v_j below the diagonal (v_j[j] = 1 implied), and
+    tau: Q = H_1 ... H_k, H_j = I - tau_j v_j v_j^T."""
+    x = _wide(xs[0])
+    k = min(x.shape[-2:])
+    if x.size == 0:
+        return [x.astype(xs[0].dtype), np.zeros((*x.shape[:-2], k), xs[0].dtype)]
+    h, tau = np.linalg.qr(x, mode="raw")
+    return [np.swapaxes(h, -1, -2).astype(xs[0].dtype), tau.astype(xs[0].dtype)]
+
+
+register(OpDef(
+    name="MatrixGeqrf", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_geqrf_infer, reference=_geqrf, scratch=_lapack_scratch("MatrixGeqrf"),
+    # Householder QR without Q: 2 n^2 (m - n/3) (of the min(m, n) reflected columns)
+    flops=lambda ins, outs, a: _batch(ins[0]) * 2 * min(ins[0].shape[-2:]) ** 2 *
+    max(max(ins[0].shape[-2:]) - min(ins[0].shape[-2:]) // 3, 1),
+    doc="LAPACK geqrf of each matrix: R and the Householder vectors packed, and their tau.",
+))
+
+
+# ---- MatrixExp -------------------------------------------------------------------------------
+
+def _exp_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    _square("MatrixExp", ins[0])
+    return [ins[0]]
+
+
+def _expm(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """scipy.linalg.expm in float64 (scaling and squaring, Padé, as the kernel); a matrix
+    holding NaN or inf gives NaN throughout, as the kernel's."""
+    import scipy.linalg
+
+    x = _wide(xs[0])
+    if x.size == 0:
+        return [x.astype(xs[0].dtype)]
+    bad = ~np.isfinite(x).all(axis=(-2, -1))
+    y = scipy.linalg.expm(np.where(bad[..., None, None], 0.0, x))
+    return [np.where(bad[..., None, None], np.nan, y).astype(xs[0].dtype)]
+
+
+def _exp_gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
+    """The exact Fréchet derivative's adjoint (Mathias 1996; torch's differential_analytic_
+    matrix_function): dA = L(A^T, dY), the upper-right block of
+
+        exp([[A^T, dY],
+             [0,   A^T]]),
+
+    one MatrixExp of a 2n x 2n matrix (whose own gradient is this rule again)."""
+    dy = grads[0]
+    a = node.inputs[0]
+    if dy is None or not g.needs(a):
+        return [None]
+    t = g.type(a)
+    n = t.shape[-1]
+    at = _transpose(g, a)
+    zeros = g.emit("Fill", [], {"shape": list(t.shape), "value": 0.0, "dtype": t.dtype})[0]
+    top = g.emit("Concat", [at, dy], {"axis": -1})[0]
+    bottom = g.emit("Concat", [zeros, at], {"axis": -1})[0]
+    block = g.emit("Concat", [top, bottom], {"axis": -2})[0]
+    return [_cut(g, g.emit("MatrixExp", [block])[0], (0, n), (n, 2 * n))]
+
+
+register(OpDef(
+    name="MatrixExp", arity=1, cost_class="gemm", recompute="expensive",
+    infer=_exp_infer, reference=_expm, gradient=_exp_gradient,
+    scratch=_lapack_scratch("MatrixExp"),
+    # Padé 13: 6 products of n x n matrices and an LU solve, then a few squarings
+    flops=lambda ins, outs, a: _batch(ins[0]) * 20 * ins[0].shape[-1] ** 3,
+    doc="The matrix exponential of each square matrix (scaling and squaring, Padé).",
+))
+
+
+# ---- MatrixLdlFactor, MatrixLdlSolve ---------------------------------------------------------
+
+def _ldl_factor_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    n = _square("MatrixLdlFactor", ins[0])
+    return [ins[0], TensorType((*ins[0].shape[:-2], n), "int32"), *_info_type(ins[0], a)]
+
+
+def _ldl_factor(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK sytrf's (Bunch-Kaufman, lower) A = P L D L^T P^T of A's lower triangle (here
+    float64's, through scipy), matrix by matrix: L and the 1 x 1 and 2 x 2 blocks of D packed
+    in the lower triangle, zeros above (torch's), LAPACK's 1-based pivots (a negative pair: a
+    2 x 2 block); info the 1-based index of a zero diagonal of D (the factors still given)."""
+    import scipy.linalg.lapack
+
+    x = _wide(xs[0])
+    ld = np.zeros_like(x)
+    piv = np.zeros(x.shape[:-1], np.int32)
+    failures = np.zeros(x.shape[:-2], np.int32)
+    for idx in np.ndindex(x.shape[:-2]):
+        if x.shape[-1]:
+            ld[idx], piv[idx], failures[idx] = scipy.linalg.lapack.dsytrf(x[idx], lower=1)
+    info = _failed(x, failures, a)
+    return [np.tril(ld).astype(xs[0].dtype), piv, *info]
+
+
+register(OpDef(
+    name="MatrixLdlFactor", arity=1, cost_class="gemm", recompute="expensive", attrs=_INFO,
+    infer=_ldl_factor_infer, reference=_ldl_factor, scratch=_lapack_scratch("MatrixLdlFactor"),
+    flops=lambda ins, outs, a: _batch(ins[0]) * ins[0].shape[-1] ** 3 // 3,
+    doc="LDL^T with Bunch-Kaufman pivoting of each symmetric matrix's lower triangle (sytrf).",
+))
+
+
+def _ldl_solve_infer(ins: list[TensorType], a: Attrs) -> list[TensorType]:
+    ld, piv, b = ins
+    n = _square("MatrixLdlSolve", ld)
+    require_float("MatrixLdlSolve", b, "B")
+    if piv.dtype != "int32" or piv.shape != (*ld.shape[:-2], n):
+        raise OpError(f"MatrixLdlSolve: pivots must be int32 {[*ld.shape[:-2], n]}, got "
+                      f"{piv.dtype} {list(piv.shape)}")
+    if b.rank != ld.rank or b.shape[:-1] != ld.shape[:-1]:
+        raise OpError(f"MatrixLdlSolve: B must be (..., {n}, k) with LD's batch axes "
+                      f"{list(ld.shape[:-2])}, got {list(b.shape)}")
+    return [b]
+
+
+def _ldl_solve(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
+    """LAPACK sytrs: X with A X = B from MatrixLdlFactor's LD and pivots (float64, scipy)."""
+    import scipy.linalg.lapack
+
+    ld, piv, b = _wide(xs[0]), np.asarray(xs[1]), _wide(xs[2])
+    out = np.zeros_like(b)
+    for idx in np.ndindex(b.shape[:-2]):
+        if b[idx].size:
+            out[idx] = scipy.linalg.lapack.dsytrs(ld[idx], piv[idx], b[idx], lower=1)[0]
+    return [out.astype(xs[2].dtype)]
+
+
+register(OpDef(
+    name="MatrixLdlSolve", arity=3, cost_class="gemm", recompute="expensive",
+    infer=_ldl_solve_infer, reference=_ldl_solve, scratch=_lapack_scratch("MatrixLdlSolve"),
+    nondiff_inputs=(1,),
+    flops=lambda ins, outs, a: _batch(ins[2]) * 2 * ins[0].shape[-1] ** 2 * ins[2].shape[-1],
+    doc="X with A X = B from A's LDL^T factors (LAPACK sytrs).",
 ))

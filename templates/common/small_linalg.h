@@ -1,8 +1,6 @@
-// The batched small-matrix ops as the CUDA kernels compute them (planner/ops/linalg.py), and
-// the CPU's MatrixSvd and MatrixQr (the CPU's other factorizations call LAPACK:
-// cpu/runtime/kernels/lapack.cpp): one matrix at a time, factored in float64 in a workspace of
-// its own, rounded to float32 once. The CPU kernel runs one matrix per thread of an OpenMP
-// loop, the CUDA kernel one per GPU thread; both call the same functions here.
+// The batched small-matrix ops as the CUDA kernels compute them (planner/ops/linalg.py; the
+// CPU's call LAPACK: cpu/runtime/kernels/lapack.cpp): one matrix per GPU thread, factored in
+// float64 in a workspace of its own, rounded to float32 once.
 //
 // A zero pivot is not an error: it divides, so a singular matrix's inverse and solve hold inf
 // or NaN, its slogdet sign 0 and log|det| -inf; Cholesky gives NaN from a non-positive pivot on.

@@ -537,6 +537,13 @@ CASES: dict[str, list[tuple]] = {
     "MatrixSlogdet": [([((3, 4, 4), N)], {})],
     "MatrixSvd": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {}), ([((4, 4), N)], {})],
     "MatrixQr": [([((2, 5, 3), N)], {}), ([((4, 4), N)], {})],
+    "MatrixGeqrf": [([((2, 5, 3), N)], {}), ([((3, 4), N)], {})],
+    # Padé degree 13 with squarings (norms near 6 and 20); 3, 5, 7 and 9 (scaled: _derived)
+    "MatrixExp": [([((3, 6, 6), N)], {}), ([((12, 12), N)], {}), ([((4, 3, 3), N)], {})],
+    # symmetric, the upper triangle never read; with a zero diagonal (2 x 2 pivots) and a zero
+    # matrix (info 1) (_derived)
+    "MatrixLdlFactor": [([((3, 5, 5), N)], {}), ([((3, 4, 4), N)], {"info": True})],
+    "MatrixLdlSolve": [([((3, 4, 4), N), ((3, 4), ids(4)), ((3, 4, 2), N)], {})],
     # made positive definite, but for the second matrix with info (_derived)
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     # made symmetric (_derived); the second reads only the upper triangle
@@ -590,6 +597,10 @@ UNPOISONED = {
     "MatrixSlogdet": {0},
     "MatrixSvd": {0},
     "MatrixQr": {0},
+    "MatrixGeqrf": {0},
+    "MatrixExp": {0},
+    "MatrixLdlFactor": {0},
+    "MatrixLdlSolve": {0, 1, 2},
     "Cholesky": {0},
     "MatrixEigh": {0},
     "MatrixLuFactor": {0},
@@ -604,6 +615,8 @@ def _derived(op, attrs, xs):
     EmbeddingBag's offsets rise from 0, with an empty bag; IndexScatterGrad's out is the
     IndexScatter it differentiates (of x and src rounded: ties); Cholesky's A is x x^T + n I
     (positive definite; with info, a matrix that is not); MatrixEigh's A is x + x^T;
+    MatrixExp's small matrices are scaled to the norms of each Padé degree; LDL's
+    matrices are symmetric (_ldl_inputs);
     LuPermutation's pivots are 1-based int32."""
     if op == "ReduceGrad":
         opdef = get_op(attrs["of"])
@@ -632,6 +645,11 @@ def _derived(op, attrs, xs):
             xs[0][1, 2:, 2:] *= -1  # fails at pivot 3
     if op == "LuPermutation":
         xs[0] = (xs[0] + 1).astype(np.int32)  # LAPACK's 1-based pivots
+    if op in ("MatrixLdlFactor", "MatrixLdlSolve"):
+        xs[:2] = _ldl_inputs(op, attrs, xs[0])
+    if op == "MatrixExp" and xs[0].shape == (4, 3, 3):  # 1-norms for Padé degrees 3 to 9
+        norms = np.abs(xs[0]).sum(-1).max(-1)  # the kernel reads A^T's 1-norm
+        xs[0] *= (np.array([0.01, 0.2, 0.8, 1.8]) / norms)[:, None, None].astype(np.float32)
     if op == "MatrixEigh":
         xs[0] = xs[0] + np.swapaxes(xs[0], -1, -2)
         if attrs.get("upper"):
@@ -652,6 +670,21 @@ def _derived(op, attrs, xs):
         with np.errstate(all="ignore"):
             xs[2] = opdef.reference([xs[1]], opdef.normalize_attrs(attrs))[0]
     return derive_integer_inputs(op, derive_table_inputs(op, xs))
+
+
+def _ldl_inputs(op, attrs, x):
+    """A symmetric matrix batch (x + x^T), the second with a zero diagonal (Bunch-Kaufman's
+    2 x 2 pivots), the third (with info) zero (a singular D); 7 above the diagonal, which
+    LAPACK never reads. MatrixLdlSolve: its LD and pivots, from the reference's factors."""
+    a = x + np.swapaxes(x, -1, -2)
+    a[1] -= np.diag(np.diag(a[1]))
+    if attrs.get("info"):
+        a[2] = 0.0
+    a = np.tril(a) + np.triu(np.full_like(a, 7.0), 1)
+    if op == "MatrixLdlFactor":
+        return [a]
+    ld, piv = get_op("MatrixLdlFactor").reference([a.astype(np.float64)], {})
+    return [ld.astype(np.float32), piv]
 
 
 def _value(shape, kind, rng):

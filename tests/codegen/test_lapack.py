@@ -18,7 +18,8 @@ from codegen.lapack import lapack
 def test_the_wheels_library_has_the_routines_the_kernels_call():
     found = lapack()
     library = ctypes.CDLL(str(found.library))
-    for routine in ("sgetrf", "sgetrs", "sgetri", "spotrf", "ssyevd"):
+    for routine in ("sgetrf", "sgetrs", "sgetri", "spotrf", "ssyevd", "sgesdd", "sgeqrf", "sorgqr",
+                    "dgemm", "dgetrf", "dgetrs"):
         assert hasattr(library, f"{found.prefix}{routine}_"), routine
     assert hasattr(library, f"{found.prefix}openblas_set_num_threads")
 

@@ -53,7 +53,9 @@ LINALG = ("linalg.inv", "linalg.solve", "linalg.det", "linalg.slogdet", "logdet"
           "lu_solve", "linalg.lu_solve", "linalg.inv_ex", "linalg.solve_ex", "linalg.cholesky_ex",
           "linalg.svdvals", "norm.nuc", "linalg.cond", "linalg.pinv", "linalg.pinv.singular",
           "linalg.qr", "qr", "linalg.eigh", "linalg.eigvalsh", "linalg.matrix_rank.hermitian",
-          "linalg.lu", "linalg.lu_factor", "linalg.lu_factor_ex", "lu")
+          "linalg.lu", "linalg.lu_factor", "linalg.lu_factor_ex", "lu",
+          "linalg.householder_product", "geqrf", "ormqr", "matrix_exp", "linalg.ldl_factor",
+          "linalg.ldl_factor_ex", "linalg.ldl_solve")
 
 
 @pytest.mark.slow  # a minute of compiling one merged graph

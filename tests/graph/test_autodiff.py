@@ -422,7 +422,8 @@ OP_CASES["SliceGrad"] = [([F(2, 5)], {"starts": [1, 0], "ends": [3, 10], "axes":
 # conditioned, symmetric positive definite, distinct singular values): checked by finite
 # differences and against torch.autograd in float64 there.
 CHECKED_IN_TEST_LINALG = {"Cholesky", "MatrixInverse", "MatrixQr", "MatrixSlogdet",
-                          "MatrixSolve", "MatrixSvd", "MatrixEigh", "MatrixLuFactor"}
+                          "MatrixSolve", "MatrixSvd", "MatrixEigh", "MatrixLuFactor",
+                          "MatrixExp"}
 
 
 def test_every_differentiable_op_has_a_gradient_case():

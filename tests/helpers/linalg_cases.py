@@ -27,4 +27,7 @@ CASES = [  # op, inputs, attrs, torch's function of the same inputs
     ("Cholesky", [positive_definite((2, 4, 4))], {}, torch.linalg.cholesky),
     ("MatrixQr", [normal((2, 5, 3))], {}, torch.linalg.qr),
     ("MatrixQr", [normal((4, 4), 2)], {}, torch.linalg.qr),
+    # 1-norms near 9 (squared twice) and 0.3 (a low Padé degree)
+    ("MatrixExp", [normal((2, 4, 4), 3)], {}, torch.linalg.matrix_exp),
+    ("MatrixExp", [0.1 * normal((3, 3), 4)], {}, torch.linalg.matrix_exp),
 ]

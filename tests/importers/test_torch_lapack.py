@@ -1,10 +1,12 @@
-"""torch.linalg's solve, cholesky, inv, slogdet, eigh, lu_factor, lu_solve and lu on the CPU
-executor, whose kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp):
-forward and gradients against torch in float32 and float64 (within 10x torch's own float32
-error plus 16 ulps: both factor in float32, each with an error that grows with the matrix's
-condition number, which these cases keep below about 100), torch's error at step time for a
-matrix that does not factor, and layers solving a small SPD system and a flow's LU-factored
-linear map trained through planner.torch.trainer as PyTorch trains them."""
+"""torch.linalg's solve, cholesky, inv, slogdet, eigh, lu_factor, lu_solve, lu, qr, svdvals,
+householder_product, matrix_exp and torch's geqrf and ormqr on the CPU executor, whose kernels
+call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp; matrix_exp: float64 GEMMs
+and an LU solve, rounded once): forward and gradients against torch in float32 and float64
+(within 10x torch's own float32 error plus 16 ulps: both factor in float32, each with an error
+that grows with the matrix's condition number, which these cases keep below about 100),
+torch's error at step time for a matrix that does not factor, and layers solving a small SPD
+system and a flow's LU-factored linear map trained through planner.torch.trainer as PyTorch
+trains them."""
 
 from __future__ import annotations
 
@@ -44,10 +46,13 @@ class Factorizations(torch.nn.Module):
                 torch.linalg.lu_factor(self.b).LU, wide_p @ wide_low, wide_up)
 
 
-def _eager(module, cotangents, dtype):
+def _eager(module, cotangents, dtype, differentiable=None):
+    """Outputs and parameter gradients of the module in `dtype`, the gradients of the first
+    `differentiable` outputs (all by default)."""
     m = copy.deepcopy(module).to(dtype)
     outs = m()
-    torch.autograd.backward(outs, [c.to(dtype) for c in cotangents])
+    torch.autograd.backward(outs[:differentiable],
+                            [c.to(dtype) for c in cotangents[:differentiable]])
     return ([o.detach().numpy() for o in outs],
             {k: p.grad.numpy() for k, p in m.named_parameters()})
 
@@ -62,6 +67,54 @@ def test_cpu_executor_matches_torch_forward_and_backward():
     mine = copy.deepcopy(module)
     outs = torch.compile(mine, backend="planner", options={"fallback": False})()
     torch.autograd.backward(outs, cotangents)
+    for k, out in enumerate(outs):
+        assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
+    for name, p in mine.named_parameters():
+        assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+
+
+class Reflections(torch.nn.Module):
+    """householder_product and ormqr (each side, each transpose) of reflectors geqrf made,
+    held as parameters; geqrf itself (which torch does not differentiate) and the Q it
+    implies; matrix_exp of matrices of 1-norm near 1 and near 10 (squared twice); qr and
+    svdvals (LAPACK's geqrf, orgqr and gesdd in the CPU kernels)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(2)
+        v, tau = torch.geqrf(torch.randn(2, 5, 3, generator=g))
+        self.v, self.tau = torch.nn.Parameter(v), torch.nn.Parameter(tau)
+        self.c = torch.nn.Parameter(torch.randn(2, 5, 4, generator=g))
+        self.d = torch.nn.Parameter(torch.randn(2, 4, 5, generator=g))
+        self.m = torch.nn.Parameter(torch.randn(2, 4, 4, generator=g))
+        self.x = torch.nn.Parameter(torch.randn(6, 4, generator=g))
+
+    def forward(self):
+        packed, tau = torch.geqrf(self.x.detach())
+        q, r = torch.linalg.qr(self.x)
+        return (torch.linalg.householder_product(self.v, self.tau),
+                torch.ormqr(self.v, self.tau, self.c),
+                torch.ormqr(self.v, self.tau, self.c, transpose=True),
+                torch.ormqr(self.v, self.tau, self.d, left=False),
+                torch.ormqr(self.v, self.tau, self.d, left=False, transpose=True),
+                torch.linalg.matrix_exp(0.3 * self.m), torch.linalg.matrix_exp(3 * self.m),
+                q, r, torch.linalg.svdvals(self.x),
+                packed, tau, torch.linalg.householder_product(packed, tau))
+
+
+def test_reflections_and_matrix_exp_match_torch_forward_and_backward():
+    """(geqrf's outputs and what is made of them carry no gradient: torch's backward skips
+    them, as the planner's.)"""
+    module = Reflections()
+    g = torch.Generator().manual_seed(6)
+    shapes = [o.shape for o in module()]
+    cotangents = [torch.randn(*s, generator=g) for s in shapes]
+    differentiable = 10  # the outputs before geqrf's
+    (o32, g32), (o64, g64) = (_eager(module, cotangents, d, differentiable)
+                              for d in (torch.float32, torch.float64))
+    mine = copy.deepcopy(module)
+    outs = torch.compile(mine, backend="planner", options={"fallback": False})()
+    torch.autograd.backward(outs[:differentiable], cotangents[:differentiable])
     for k, out in enumerate(outs):
         assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
     for name, p in mine.named_parameters():
@@ -145,3 +198,35 @@ def test_a_matrix_that_does_not_factor_is_torchs_error_at_step_time():
             compiled(a, b)
         assert str(want.value).splitlines()[0] in str(got.value)
     assert float(compiled(good, m)) == pytest.approx(float(Factor()(good, m)), rel=1e-6)
+
+
+class Ldl(torch.nn.Module):
+    def forward(self, a, b):
+        ld, pivots = torch.linalg.ldl_factor(a)
+        return ld, pivots, torch.linalg.ldl_solve(ld, pivots, b)
+
+
+def test_ldl_factor_and_solve_match_torch():
+    """Symmetric indefinite matrices (the second with a zero diagonal: 2 x 2 pivots), only the
+    lower triangle read; torch's LD and pivots, and X within float32 error of torch's float64
+    one. A zero matrix is torch's error at step time (torch's words after its internal
+    assert's preamble)."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 5, 5, generator=g)
+    a = a + a.mT
+    a[1] -= torch.diag(torch.diag(a[1]))
+    noisy = a + torch.triu(torch.randn(2, 5, 5, generator=g), 1)
+    b = torch.randn(2, 5, 3, generator=g)
+    compiled = torch.compile(Ldl(), backend="planner", options={"fallback": False})
+    ours = [o.numpy() for o in compiled(noisy, b)]
+    t32 = [o.numpy() for o in Ldl()(a, b)]
+    t64 = [o.numpy() for o in Ldl()(a.double(), b.double())]
+    assert (t64[1] < 0).any()  # a 2 x 2 block
+    for k in range(3):
+        assert not compare(f"output {k}", ours[k], t32[k], t64[k])
+    with pytest.raises(RuntimeError) as want:
+        Ldl()(torch.zeros(5, 5), b[0])
+    with pytest.raises(RuntimeError) as got:
+        compiled(torch.zeros(2, 5, 5), b)
+    assert "torch.linalg.ldl_factor: Unknown error code: 1." in str(got.value)
+    assert str(want.value).endswith("torch.linalg.ldl_factor: Unknown error code: 1.")

@@ -263,3 +263,59 @@ def test_lu_factor_gradient_is_torchs(shape):
     grads, dys = check_gradient("MatrixLuFactor", [a], of=[0], tol=1e-5)
     (want,) = torch_gradients(lambda t: torch.linalg.lu_factor(t).LU, [a], dys, [0])
     np.testing.assert_allclose(grads[0], want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 5)])
+def test_geqrf_reference_is_torchs(shape):
+    """R and the reflectors packed, and tau, as torch.geqrf's (LAPACK's in float64), tall and
+    wide; the reflectors' product is the reduced QR's Q."""
+    a = normal(shape, 7)
+    packed, tau = checked_reference("MatrixGeqrf", [a])
+    want = torch.geqrf(torch.tensor(a))
+    np.testing.assert_allclose(packed, want[0].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tau, want[1].numpy(), rtol=1e-12, atol=1e-12)
+    if shape[-2] >= shape[-1]:
+        q = torch.linalg.householder_product(want[0], want[1]).numpy()
+        np.testing.assert_allclose(q, reference("MatrixQr", [a])[0], atol=1e-12)
+
+
+def test_matrix_exp_of_a_nonfinite_matrix_is_nan():
+    """A NaN or inf entry makes that matrix's exponential NaN throughout (the kernel's scaling
+    has no norm to choose from), the others' unchanged."""
+    a = np.stack([np.eye(3), np.eye(3)])
+    a[1, 0, 2] = np.inf
+    (y,) = reference("MatrixExp", [a])
+    np.testing.assert_allclose(y[0], np.e * np.eye(3), rtol=1e-14)
+    assert np.isnan(y[1]).all()
+
+
+def _indefinite(shape, seed):
+    """Symmetric, indefinite; the second matrix with a zero diagonal (2 x 2 pivots)."""
+    a = _symmetric(shape, seed)
+    a[1] -= np.diag(np.diag(a[1]))
+    return a
+
+
+def test_ldl_factor_and_solve_are_torchs():
+    """LD (lower, zeros above), LAPACK's pivots (negative pairs: 2 x 2 blocks) and info of
+    torch.linalg.ldl_factor_ex, only A's lower triangle read; ldl_solve's X torch's; a zero
+    matrix's info 1 and, with `check`, torch's error's last words (torch raises it as an
+    internal assert)."""
+    a = _indefinite((3, 5, 5), 8)
+    a[2] = 0.0
+    noisy = a + np.triu(normal(a.shape, 9), 1)
+    ld, piv, info = checked_reference("MatrixLdlFactor", [noisy], info=True)
+    want = torch.linalg.ldl_factor_ex(torch.tensor(a))
+    np.testing.assert_allclose(ld, want.LD.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(piv, want.pivots.numpy())
+    np.testing.assert_array_equal(info, want.info.numpy())
+    assert (piv[1] < 0).any()
+    b = normal((2, 5, 3), 10)
+    (x,) = checked_reference("MatrixLdlSolve", [ld[:2], piv[:2], b])
+    np.testing.assert_allclose(x, np.linalg.solve(a[:2], b), rtol=1e-10, atol=1e-12)
+    with pytest.raises(Exception) as torchs:
+        torch.linalg.ldl_factor(torch.tensor(a))
+    with pytest.raises(OpError) as ours:
+        reference("MatrixLdlFactor", [a], {"check": "torch.linalg.ldl_factor"})
+    assert str(ours.value) == "torch.linalg.ldl_factor: Unknown error code: 1."
+    assert str(torchs.value).endswith(f"please report a bug to PyTorch. {ours.value}")

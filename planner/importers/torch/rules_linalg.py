@@ -1,5 +1,6 @@
 """torch.linalg's solvers and factorizations on planner/ops/linalg.py's MatrixInverse,
-MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr and MatrixEigh:
+MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr, MatrixEigh, MatrixGeqrf,
+MatrixExp, MatrixLdlFactor and MatrixLdlSolve:
 
     linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
                                         broadcast batches reshaped, transposed, expanded)
@@ -17,6 +18,12 @@ MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr and MatrixEigh:
     linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
     linalg_qr                           MatrixQr (tall or square; modes reduced and r)
     _linalg_eigh                        MatrixEigh (eigh, eigvalsh; UPLO L or U)
+    geqrf                               MatrixGeqrf (no gradient, as torch's)
+    linalg_householder_product, ormqr   the compact WY form I - V T V^T of the reflectors:
+                                        GEMMs and one triangular MatrixSolve
+    linalg_matrix_exp                   MatrixExp
+    linalg_ldl_factor_ex, ldl_solve     MatrixLdlFactor, MatrixLdlSolve (forward: torch has no
+                                        gradient of either)
 
 The `_ex` forms' info is the ops' own (attr info); _linalg_solve_ex's LU and pivots are not
 computed (an error only when read). torch's error checks of these ops, which torch.export
@@ -378,3 +385,119 @@ def eigh(n: NodeCtx) -> Value:
         raise n.fail(f"UPLO must be 'L' or 'U', got {uplo!r}")
     values, vectors = n.emit("MatrixEigh", [x], {"upper": uplo == "U"}, n_out=2)
     return values, vectors if n.arg(2, "compute_v", True) else UNAVAILABLE
+
+
+# ---- Householder products: householder_product, ormqr (geqrf's Q) -----------------------------
+
+def _reflectors(n: NodeCtx, v: str | Const, k: int) -> str:
+    """V's first k columns as LAPACK reads them: the Householder vectors below the diagonal,
+    1 on it, 0 above (so that V's gradient stays where torch's does)."""
+    rows = n.shape(v)[-2]
+    if n.shape(v)[-1] != k:
+        v = n.emit1("Slice", [v], {"starts": [0], "ends": [k], "axes": [-1]})
+    keep = np.tril(np.ones((rows, k), bool), -1)
+    return n.emit1("Where", [n.const(keep, "bool"), v, n.const(np.eye(rows, k), n.dtype(v))])
+
+
+def _wy(n: NodeCtx, v: str, tau: str | Const, x: str, transpose: bool) -> str:
+    """T X (T^T X with `transpose`) for H_1 ... H_k = I - V T V^T, H_j = I - tau_j v_j v_j^T
+    (the compact WY form LAPACK's larft builds): T = D (I + U D)^-1 with D = diag(tau), U V^T
+    V's strict upper triangle, a unit upper triangle, so its solve is a back substitution (no
+    pivot moves) and tau_j = 0 (H_j = I) needs no care."""
+    *batch, k = n.shape(tau)
+    strict = np.triu(np.ones((k, k), bool), 1)
+    gram = n.emit1("MatMul", [v, v], {"transpose_a": True, "transpose_b": False})
+    scaled = n.emit1("Mul", [gram, reshape_to(n, tau, (*batch, 1, k))])  # U D
+    triangle = n.emit1("Where", [n.const(strict, "bool"), scaled, n.const(np.eye(k), n.dtype(v))])
+    column = reshape_to(n, tau, (*batch, k, 1))
+    if transpose:  # T^T X = (I + U D)^-T D X
+        return n.emit1("MatrixSolve", [triangle, n.emit1("Mul", [column, x])],
+                       {"transpose": True})
+    return n.emit1("Mul", [column, n.emit1("MatrixSolve", [triangle, x])])
+
+
+@rule("aten.linalg_householder_product.default")
+def householder_product(n: NodeCtx) -> Value:
+    """Q = H_1 ... H_k's first n columns (LAPACK's orgqr) in the compact WY form, Q = E - V T
+    V_1^T with E I's first n columns and V_1 V's first n rows: GEMMs and one triangular solve,
+    whose gradients are torch's (householder_product_backward's) for V below the diagonal and
+    tau."""
+    v, tau = n.tensor(0), n.tensor(1)
+    require_floats(n, v, tau)
+    *batch, rows, cols = n.shape(v)
+    k = n.shape(tau)[-1]
+    if not rows >= cols >= k or tuple(n.shape(tau)[:-1]) != tuple(batch):
+        raise n.fail(f"input {list(n.shape(v))} and tau {list(n.shape(tau))}: torch needs m >= "
+                     f"n >= k and one batch shape")
+    eye = n.const(np.eye(rows, cols), n.dtype(v))
+    if k == 0:
+        return n.emit1("Expand", [eye], {"shape": [*batch, rows, cols]})
+    vk = _reflectors(n, v, k)
+    top = vk if rows == cols else n.emit1("Slice", [vk], {"starts": [0], "ends": [cols],
+                                                          "axes": [-2]})
+    z = _wy(n, vk, tau, _mt(n, top), False)
+    return n.emit1("Sub", [eye, n.emit1("MatMul", [vk, z])])
+
+
+@rule("aten.ormqr.default")
+def ormqr(n: NodeCtx) -> Value:
+    """Q C, Q^T C (transpose), C Q or C Q^T (left False) with Q = H_1 ... H_k (m x m) of
+    geqrf's reflectors: C - V (T or T^T) V^T C, or C - C V (T or T^T) V^T, in the compact WY
+    form (_wy)."""
+    a, tau, c = n.tensor(0), n.tensor(1), n.tensor(2)
+    require_floats(n, a, tau, c)
+    left, transpose = bool(n.arg(3, "left", True)), bool(n.arg(4, "transpose", False))
+    k = n.shape(tau)[-1]
+    if k > min(n.shape(a)[-2:]) or n.shape(c)[-2 if left else -1] != n.shape(a)[-2]:
+        raise n.fail(f"input {list(n.shape(a))}, tau {list(n.shape(tau))} and other "
+                     f"{list(n.shape(c))} do not fit")
+    if k == 0:  # Q = I
+        return c
+    v = _reflectors(n, a, k)
+    if left:  # C - V T' (V^T C)
+        w = n.emit1("MatMul", [v, c], {"transpose_a": True, "transpose_b": False})
+        return n.emit1("Sub", [c, n.emit1("MatMul", [v, _wy(n, v, tau, w, transpose)])])
+    # C - (C V) T' V^T = C - (V T'^T (C V)^T)^T
+    w = n.emit1("MatMul", [v, c], {"transpose_a": True, "transpose_b": True})
+    return n.emit1("Sub", [c, _mt(n, n.emit1("MatMul", [v, _wy(n, v, tau, w, not transpose)]))])
+
+
+@rule("aten.geqrf.default")
+def geqrf(n: NodeCtx) -> Value:
+    """(a, tau) of torch.geqrf: MatrixGeqrf (LAPACK geqrf); torch defines no gradient."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    return tuple(n.emit("MatrixGeqrf", [x], n_out=2))
+
+
+@rule("aten.linalg_matrix_exp.default")
+def matrix_exp(n: NodeCtx) -> Value:
+    x = n.tensor(0)
+    require_floats(n, x)
+    return n.emit1("MatrixExp", [x])
+
+
+# ---- LDL -------------------------------------------------------------------------------------
+
+@rule("aten.linalg_ldl_factor_ex.default")
+def ldl_factor(n: NodeCtx) -> Value:
+    """(LD, pivots, info) of torch.linalg.ldl_factor(_ex): MatrixLdlFactor (LAPACK sytrf of
+    the lower triangle; `hermitian` is the same for real matrices). torch defines no
+    gradient."""
+    x = n.tensor(0)
+    require_floats(n, x)
+    return tuple(n.emit("MatrixLdlFactor", [x], {"info": True, **_check(n)}, n_out=3))
+
+
+@rule("aten.linalg_ldl_solve.default")
+def ldl_solve(n: NodeCtx) -> Value:
+    """X with A X = B from ldl_factor's LD and pivots: MatrixLdlSolve (LAPACK sytrs), B with
+    LD's batch axes (torch's broadcasting of them is not offered). No gradient, as torch's."""
+    ld, pivots, b = n.tensor(0), n.tensor(1), n.tensor(2)
+    require_floats(n, ld, b)
+    if n.shape(b)[:-1] != n.shape(ld)[:-1]:
+        raise Unsupported(f"{n.op} (B {list(n.shape(b))} of other batch axes than LD "
+                          f"{list(n.shape(ld))})")
+    if n.dtype(pivots) != "int32":
+        pivots = n.emit1("Cast", [pivots], {"to": "int32"})
+    return n.emit1("MatrixLdlSolve", [ld, pivots, b])

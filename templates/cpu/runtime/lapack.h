@@ -27,6 +27,29 @@ void PLANNER_LAPACK(spotrf)(const char* uplo, const int* n, float* a, const int*
 void PLANNER_LAPACK(ssyevd)(const char* jobz, const char* uplo, const int* n, float* a,
                             const int* lda, float* w, float* work, const int* lwork, int* iwork,
                             const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
+void PLANNER_LAPACK(sgesdd)(const char* jobz, const int* m, const int* n, float* a,
+                            const int* lda, float* s, float* u, const int* ldu, float* vt,
+                            const int* ldvt, float* work, const int* lwork, int* iwork, int* info,
+                            size_t jobz_len);
+void PLANNER_LAPACK(sgeqrf)(const int* m, const int* n, float* a, const int* lda, float* tau,
+                            float* work, const int* lwork, int* info);
+void PLANNER_LAPACK(sorgqr)(const int* m, const int* n, const int* k, float* a, const int* lda,
+                            const float* tau, float* work, const int* lwork, int* info);
+void PLANNER_LAPACK(ssytrf)(const char* uplo, const int* n, float* a, const int* lda, int* ipiv,
+                            float* work, const int* lwork, int* info, size_t uplo_len);
+void PLANNER_LAPACK(ssytrs)(const char* uplo, const int* n, const int* nrhs, const float* a,
+                            const int* lda, const int* ipiv, float* b, const int* ldb,
+                            int* info, size_t uplo_len);
+// float64, for MatrixExp's Padé approximant (computed wide, rounded once)
+void PLANNER_LAPACK(dgemm)(const char* transa, const char* transb, const int* m, const int* n,
+                           const int* k, const double* alpha, const double* a, const int* lda,
+                           const double* b, const int* ldb, const double* beta, double* c,
+                           const int* ldc, size_t transa_len, size_t transb_len);
+void PLANNER_LAPACK(dgetrf)(const int* m, const int* n, double* a, const int* lda, int* ipiv,
+                            int* info);
+void PLANNER_LAPACK(dgetrs)(const char* trans, const int* n, const int* nrhs, const double* a,
+                            const int* lda, const int* ipiv, double* b, const int* ldb,
+                            int* info, size_t trans_len);
 // OpenBLAS's own: the threads one call may use (the kernels call LAPACK from each thread of
 // an OpenMP loop over the batch, so one each).
 void PLANNER_LAPACK_JOIN(PLANNER_LAPACK_PREFIX, openblas_set_num_threads)(int threads);
