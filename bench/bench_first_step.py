@@ -15,9 +15,9 @@ own (`--cache`; default `planner-bench-first-step` beside the user's cache folde
 runs: the kernel library is built in its first run), so that packages other work builds
 meanwhile are not counted. `--cold` gives the planner an empty cache folder (the kernel
 library built again) and Inductor a fresh cache directory first; `--new-host` a new folder
-holding only the kernel library, one per engine and workload (a host that has measured
-nothing: the planner's first plans
-are priced by the model while a child measures, codegen/measure_later.py). The last column is
+holding what `planner cache warm` leaves (the kernel library and the host's peaks), one per
+engine and workload (a host that has measured no kernel: the planner's first plans are priced
+by the model while a child measures, codegen/measure_later.py). The last column is
 how long that child went on after the script ended (waited for before the next cell).
 `--device cuda` runs PyTorch's engines on the GPU and the trainer for `target="gpu"` (the
 backend is the host's only: not run there).
@@ -97,14 +97,29 @@ def table(title: str, rows: list[dict]) -> str:
 
 
 def new_host() -> str:
-    """A new planner cache folder holding only the kernel library (linked): a host that has
-    measured and built nothing."""
+    """A new planner cache folder holding what `planner cache warm` leaves: the kernel library
+    (linked) and the host's peaks (copied from the bench's cache, measured there once, or
+    measured now): a host that has measured no kernel and built no plan."""
+    import shutil
+
     from codegen.build import build_runtime, runtime_folder
+    from planner.target.detect import detect
 
     build_runtime()
     root = Path(tempfile.mkdtemp(prefix="bench-first-step-")) / "planner"
     root.mkdir()
     (root / runtime_folder().name).symlink_to(runtime_folder(), target_is_directory=True)
+    hosts = runtime_folder().parent / "hosts"
+    if hosts.is_dir():
+        shutil.copytree(hosts, root / "hosts")
+    else:
+        saved = os.environ.get("PLANNER_CACHE")
+        os.environ["PLANNER_CACHE"] = str(root)
+        try:
+            detect()
+        finally:
+            os.environ.pop("PLANNER_CACHE") if saved is None else \
+                os.environ.update(PLANNER_CACHE=saved)
     return str(root)
 
 
@@ -117,9 +132,9 @@ def main() -> None:
     parser.add_argument("--neighbours", type=int, default=0)
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--new-host", action="store_true",
-                        help="the planner's cache folder new but for the kernel library (linked "
-                             "in): a host that has measured nothing, as a first run after "
-                             "`planner cache warm`")
+                        help="the planner's cache folder new but for what `planner cache "
+                             "warm` leaves (the kernel library, linked in, and the host's "
+                             "peaks): a host that has measured no kernel and built no plan")
     parser.add_argument("--cache", help="the planner's cache folder for the runs (default: one "
                                          "of the bench's own beside the user's, kept between "
                                          "runs of the bench; its first run builds the kernel "

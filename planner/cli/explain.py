@@ -41,7 +41,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.target is None and name not in PRESETS and name != "host":
         raise UserError(f"{args.plan}: target {name!r} is no preset; give it with --target FILE")
     target = load_target(name)
-    table = load_table(args.costs) if args.costs else _kept_table(args.plan, plan)
+    table = load_table(args.costs) if args.costs else kept_table(args.plan, plan)
     try:
         derived = rederive(plan, target, table)
     except UserError as e:
@@ -51,7 +51,7 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kept_table(path: str, plan: Any) -> Any:
+def kept_table(path: str, plan: Any) -> Any:
     """The cost table a plan priced by measured costs on this host was made with (the host
     keeps each by its digest: planner.costs.host_costs.keep_priced); None for an analytical
     plan; UserError in one line when this host does not hold it."""

@@ -5,6 +5,7 @@
                  [--intra N --inter M]
                  [--grid] [--min-team-us US] -o plan.json
     planner show PLAN [--json] [--timeline out.png] [--trace out.json]
+                 [--kernels [--costs TABLE | --probe] [--stats STATS]]
     planner diff A B [--json]          exit 1 when the plans differ, 0 with "no differences"
     planner verify PLAN [--graph GRAPH] exit 1 when a rule is broken, naming the op
 """
@@ -23,7 +24,7 @@ from planner.errors import UserError
 
 def add_plan_commands(sub: Any, measurers: Callable[[], Any] | None = None) -> None:
     _add_plan(sub, measurers)
-    _add_show(sub)
+    _add_show(sub, measurers)
     d = sub.add_parser("diff", help="compare two plans; exit 1 when they differ")
     d.add_argument("a", metavar="A")
     d.add_argument("b", metavar="B")
@@ -103,7 +104,7 @@ def _add_plan_outputs(p: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def _add_show(sub: Any) -> None:
+def _add_show(sub: Any, measurers: Callable[[], Any] | None) -> None:
     s = sub.add_parser("show", help="summarize a plan; optionally draw its timeline as SVG")
     s.add_argument("plan", metavar="PLAN")
     s.add_argument("--json", action="store_true")
@@ -121,8 +122,21 @@ def _add_show(sub: Any) -> None:
                    help="the machine the plan was made for, to set its step against the "
                         "machine's peaks (default: the preset or 'host' the plan names, when "
                         "it is still the one planned for)")
+    s.add_argument("--kernels", action="store_true",
+                   help="each op's share of its threads' peak in the step beside its kernel's "
+                        "share alone: the plan's gap to the machine apart from the kernels' "
+                        "(planner/report/kernel_share.py)")
+    s.add_argument("--costs", metavar="TABLE",
+                   help="with --kernels: the kernels' times alone (default: the table the "
+                        "plan was priced by, kept on this host)")
+    s.add_argument("--probe", action="store_true",
+                   help="with --kernels: measure each op's kernel alone now, on this host (a "
+                        "plan for 'host'), as benchdnn times a primitive")
+    s.add_argument("--stats", metavar="JSON",
+                   help="with --kernels: an executor's stats() after steps of this plan (the "
+                        "ops' measured times in the step; default: the predicted ones)")
     s.add_argument("--force", action="store_true")
-    s.set_defaults(run=run_show)
+    s.set_defaults(run=run_show, measurers=measurers)
 
 
 def _costs(args: argparse.Namespace, graph: Any, target: Any, options: Any) -> Any:
@@ -343,11 +357,13 @@ def run_show(args: argparse.Namespace) -> int:
         write_text(args.memory, memory_plot(plan, memory_curves(plan, technique_curves_of(plan)),
                                             plot_format(args.memory)), force=args.force)
     roof, why_not = _roofline(plan, args.target)
+    kernels = _kernel_shares(args, plan)
     if args.json:
         zero3 = sharding_report(data)
         print(json.dumps({"summary": data["summary"], "by_type": by_type(data),
                           "memory": memory_report(data)} | ({"zero3": zero3} if zero3 else {})
-                         | ({"roofline": roof.model_dump(mode="json")} if roof else {}),
+                         | ({"roofline": roof.model_dump(mode="json")} if roof else {})
+                         | ({"kernels": kernels.model_dump(mode="json")} if kernels else {}),
                          indent=2, sort_keys=True))
     else:
         print(format_summary(data))
@@ -357,6 +373,10 @@ def run_show(args: argparse.Namespace) -> int:
             print(format_roofline(roof))
         elif why_not:
             print(f"against the machine: {why_not}")
+        if kernels is not None:
+            from planner.report.kernel_share import format_kernel_shares
+
+            print(format_kernel_shares(kernels))
         memory = format_memory(data)
         if memory:
             print(memory)
@@ -371,14 +391,21 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def _roofline(plan: Any, target_spec: str | None) -> tuple[Any, str]:
-    """A CPU plan's roofline (planner.report.roofline) on the target `--target` names, or on
-    the preset or host the plan names when that is still the machine it was planned for; else
-    None and why (empty for a GPU plan)."""
+    """A CPU plan's roofline (planner.report.roofline) on the machine it was planned for
+    (_planned_on); else None and why (empty for a GPU plan)."""
     from planner.report.roofline import roofline
+
+    target, why_not = _planned_on(plan, target_spec)
+    return (None, why_not) if target is None else (roofline(plan, target), "")
+
+
+def _planned_on(plan: Any, target_spec: str | None) -> tuple[Any, str]:
+    """The target `--target` names, or the preset or host the plan names when that is still
+    the machine it was planned for; else None and why (empty for a GPU plan)."""
     from planner.target.backends import traits
     from planner.target.presets import PRESETS, load_target
 
-    if not traits(plan).host_cores:  # a GPU plan's kernels have no CPU roofline
+    if not traits(plan).host_cores:  # a GPU plan's kernels have no CPU peaks
         return None, ""
     name = plan.target.name
     if target_spec is None and name not in PRESETS and name != "host":
@@ -388,7 +415,67 @@ def _roofline(plan: Any, target_spec: str | None) -> tuple[Any, str]:
     if target_spec is None and target.digest() != plan.provenance.target_sha256:
         return None, (f"target {name!r} is not the one the plan was made for (its peaks "
                       f"were measured again since): give that one with --target FILE")
-    return roofline(plan, target), ""
+    return target, ""
+
+
+def _kernel_shares(args: argparse.Namespace, plan: Any) -> Any:
+    """`show --kernels`' figures (planner.report.kernel_share), or None without --kernels;
+    UserError in one line where they cannot be had."""
+    from planner.report.kernel_share import kernel_shares
+
+    if not args.kernels:
+        if args.costs or args.probe or args.stats:
+            raise UserError("--costs, --probe and --stats go with --kernels")
+        return None
+    target, why_not = _planned_on(plan, args.target)
+    if target is None:
+        raise UserError(f"{args.plan}: --kernels: " + (why_not or "a GPU plan's kernels are "
+                        "timed by the CUDA profiler, not set against a CPU's peaks"))
+    return kernel_shares(plan, target, _alone_table(args, plan, target), _step_stats(args, plan))
+
+
+def _alone_table(args: argparse.Namespace, plan: Any, target: Any) -> Any:
+    """The kernels' times alone: --costs, measured now (--probe), or the table the plan was
+    priced by (None for an analytical plan)."""
+    from planner.cli.explain import kept_table
+    from planner.costs import load_table
+    from planner.costs.signature import graph_signatures
+
+    if args.costs and args.probe:
+        raise UserError("--costs and --probe: give one (a table, or the kernels measured now)")
+    if args.costs:
+        return load_table(args.costs)
+    if not args.probe:
+        return kept_table(args.plan, plan)
+    if plan.target.name != "host" or args.measurers is None:
+        raise UserError(f"{args.plan}: --probe measures kernels on this host: the plan is for "
+                        f"{plan.target.name!r} (plan it with --target host)")
+    signatures = list(graph_signatures(plan.graph).values())
+    return args.measurers().signatures(signatures, target, progress=sys.stderr)
+
+
+def _step_stats(args: argparse.Namespace, plan: Any) -> dict[str, float] | None:
+    """Op name -> mean seconds of the executor's stats() that --stats names (its ops that
+    ran), or None (predicted times)."""
+    from planner.io.read import read_json
+
+    if not args.stats:
+        return None
+    data = read_json(args.stats, "executor stats")
+    rows = data.get("ops") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise UserError(f"{args.stats}: not an executor's stats(): no list 'ops'")
+    names = {op.name for op in plan.ops}
+    measured = {}
+    for row in rows:
+        if not isinstance(row, dict) or row.get("name") not in names:
+            raise UserError(f"{args.stats}: stats row {str(row)[:80]!r} names no op of the "
+                            f"plan (stats of another plan?)")
+        calls, seconds = row.get("calls", 0), row.get("seconds", 0.0)
+        if isinstance(calls, int) and calls > 0 and isinstance(seconds, (int, float)) \
+                and seconds > 0:
+            measured[row["name"]] = float(seconds)
+    return measured
 
 
 def by_type(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:

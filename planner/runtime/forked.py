@@ -1,25 +1,32 @@
-"""Executors in a fork()ed child: refused in one line, never run, never freed there.
+"""Executors in a fork()ed child: CPU ones run there, CUDA ones are refused, none is freed there.
 
-A child fork()ed from a process that loaded the runtime has none of the parent's lane threads
-and a copy of libgomp's thread pool whose threads stayed in the parent: a step there, or a new
-executor's first OpenMP team, waits forever, and freeing an inherited executor joins threads the
-child does not have. So in such a child every executor call is refused before it runs anything
-(here at the doors: a package's Executor(), a compiled graph's call, a trainer's step; and in the
-runtime's bindings, refuse_forked, for a call made straight on an executor), and every executor
-the parent made is kept alive to the child's end (its memory is a copy, freed with the process).
+A child fork()ed from a process that loaded the runtime has only the forking thread: none of the
+parent's lane threads. The CPU runtime handles that itself (templates/common/ executor_core.h,
+"Fork"): an executor the child inherited runs its ops one at a time on a worker thread the child
+makes (a pool of the child's own), each on its planned team with the kernels made in the parent,
+so the child's results are the parent's bits; one made in the child runs as in any process; the
+forking thread's libgomp pool is let go just before the fork, so its OpenMP teams in the child
+(PyTorch's ops too) start a pool of the child's own. What is left here, at the doors:
 
     arm()                       # the runtime is loaded: watch forks from now on
     track(ex)                   # a package's new executor, kept alive in a child
-    refuse("graph g")           # UserError in a forked child, naming what was called
+    refuse_cuda("plan 'p'")     # UserError in a forked child: CUDA does not survive fork()
+    lock = ForkLock()           # a threading lock a forked child finds free
 
-The fork start method's children (multiprocessing, DataLoader workers) fail at their first
-call with the message; the spawn start method's are fresh interpreters and run.
+Every executor the parent made is kept alive to the child's end (its memory is a copy, freed
+with the process): freeing one would join lane threads the child does not have. A Python lock
+a parent thread held at the fork would be held forever in the child: the backend's own locks
+(executor pools, leases, the lane choice) are ForkLocks, each made anew in the child. An
+executor a parent thread was using at the fork (a step on another thread) is refused in the
+child in one line (its state there may be half written); the fork start method's children
+(multiprocessing, DataLoader workers) otherwise run the planner's models as the parent does.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -29,6 +36,7 @@ from planner.errors import UserError
 FORKED = False
 _ARMED = False
 _LIVE: weakref.WeakSet = weakref.WeakSet()
+_LOCKS: weakref.WeakSet = weakref.WeakSet()
 
 
 def _in_child() -> None:
@@ -54,10 +62,40 @@ def track(ex: Any) -> Any:
     return ex
 
 
-def refuse(what: str) -> None:
-    """UserError naming `what` in a child forked after arm(); nothing otherwise."""
+def refuse_cuda(what: str) -> None:
+    """UserError naming `what` in a child forked after arm(): a CUDA executor cannot run
+    there."""
     if FORKED:
-        raise UserError(f"{what}: called in a forked child process; the planner's executors "
-                        f"cannot run after fork() (their threads and OpenMP teams stay in the "
-                        f"parent) - use multiprocessing's 'spawn' start method "
+        raise UserError(f"{what}: a CUDA executor cannot run in a forked child process (CUDA "
+                        f"does not survive fork()) - use multiprocessing's 'spawn' start method "
                         f"(DataLoader(multiprocessing_context='spawn'))")
+
+
+class ForkLock:
+    """A threading lock (reentrant if asked) made anew in a forked child: a parent thread that
+    held it at the fork is not there to let it go. What it guards stays as the fork left it
+    (the backend's guard lists whose every change is one step)."""
+
+    def __init__(self, reentrant: bool = False) -> None:
+        self._reentrant = reentrant
+        self._lock = threading.RLock() if reentrant else threading.Lock()
+        _LOCKS.add(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.RLock() if self._reentrant else threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def _fresh_locks() -> None:
+    for lock in list(_LOCKS):
+        lock._after_fork()
+
+
+# Whether or not a runtime is loaded yet: the locks exist from the backend's import.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks)

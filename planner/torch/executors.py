@@ -18,7 +18,6 @@ import atexit
 import hashlib
 import itertools
 import math
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.runtime.forked import ForkLock
 from planner.torch.backend_options import BackendOptions
 from planner.torch.lane_choice import ChosenWay, StepWay
 
@@ -314,7 +314,7 @@ class ExecutorPool:
         self._make = make
         self._idle: list[Any] = []
         # Reentrant: a view freed by a collection inside lease() returns its lease here.
-        self._lock = threading.RLock()
+        self._lock = ForkLock(reentrant=True)
         self.size = 0  # executors made
 
     def lease(self) -> Lease:
@@ -347,7 +347,7 @@ class Lease:
     def __init__(self, pool: ExecutorPool, ex: Any) -> None:
         self.pool, self.ex = pool, ex
         self._holds = 1
-        self._lock = threading.RLock()
+        self._lock = ForkLock(reentrant=True)
         self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
         self._arrays: list[dict[str, Any]] = []  # what anchor() holds, for release()
         self._leaves: list[weakref.ref] = []  # whose .grad may be what kept() gave

@@ -39,10 +39,11 @@ a process's measured plans at once):
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections import deque
 from typing import Any
+
+from planner.runtime.forked import ForkLock
 
 MEASURED = 3
 MARGIN = 0.9
@@ -56,7 +57,7 @@ class LaneChoice:
     (module docstring; StepWay's samples are steps). Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ForkLock()
         self._current = "lanes"
         self._trying: str | None = "lanes"  # the way being measured (None: settled)
         self._warm = True                    # the next call is a warm-up
@@ -172,7 +173,7 @@ class StepWay:
     PACE_LOST = 64
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ForkLock()
         self.choice = LaneChoice()
         self._pacing: Any = None
         self._since_pace = 0

@@ -47,7 +47,6 @@ from typing import Any
 
 from planner.frontend.vjp import FEEDS
 from planner.importers.torch.context import TorchImportError
-from planner.runtime import forked
 from planner.torch.backend_options import BackendOptions
 from planner.torch.executors import (
     _RUNS,
@@ -93,7 +92,6 @@ class Piece:
     def __call__(self, *args: Any) -> Any:
         import torch
 
-        forked.refuse(f"compiled graph {self.name}")  # before anything plans or runs here
         training = torch.is_grad_enabled()
         needs = tuple(isinstance(a, torch.Tensor) and training and a.requires_grad
                       and a.is_floating_point() for a in args)

@@ -40,7 +40,6 @@ import numpy as np
 from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
-from planner.runtime import forked
 from planner.torch.export_watch import (
     custom_gradients,
     export_failed,
@@ -201,7 +200,6 @@ class Trainer:
         planned and built first); (its result, the shape's import and graph). Data parallel:
         every rank's `what` (step, evaluate) must be of the same shapes, checked first on every
         rank (planner/torch/settings.py, same_shapes)."""
-        forked.refuse(f"trainer {what}")  # before anything plans or runs here
         if self.ranks > 1:
             from planner.torch.settings import same_shapes
 

@@ -38,11 +38,11 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 // The executor's lock, waited for with the GIL released (the thread holding the lock may need
-// the GIL to finish its call). In a forked child, refused first (refuse_forked): a lane may
-// have held the lock at the fork, and nothing the executor runs can finish there.
+// the GIL to finish its call). Refused first where this process cannot run it (check_forked:
+// a forked child's copy whose lock a vanished thread held, a CUDA executor after fork).
 template <class Ex>
 std::unique_lock<std::mutex> hold(const Ex& ex) {
-  refuse_forked(std::string("executor of plan '") + ex.schedule().name + "'");
+  ex.check_forked();
   std::unique_lock<std::mutex> lock(ex.mutex(), std::defer_lock);
   if (!lock.try_lock()) {
     nb::gil_scoped_release release;

@@ -6,25 +6,103 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <new>
 #include <stdexcept>
 
 namespace planner {
 
 namespace {
-std::atomic<bool> forked{false};
+
+// A thread made in a forked child that runs what run_off_inherited_pool is given, one call at
+// a time, and keeps its OpenMP pool between calls (a thread made per call cost a step of a
+// small model 0.25 ms: its new team's threads made and joined each time).
+class ChildWorker {
+ public:
+  ChildWorker() : thread_([this] { loop(); }) {}
+
+  void run(const std::function<void()>& f) {
+    if (std::this_thread::get_id() == thread_.get_id()) return f();  // called from a job
+    std::lock_guard<std::mutex> one(callers_);
+    std::unique_lock<std::mutex> lock(mu_);
+    job_ = &f;
+    error_ = nullptr;
+    work_cv_.notify_one();
+    done_cv_.wait(lock, [this] { return job_ == nullptr; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [this] { return job_ != nullptr; });
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        (*job_)();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      job_ = nullptr;
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex callers_;  // one call at a time
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  const std::function<void()>* job_ = nullptr;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts once the rest is made
+};
+
+// The executors alive in this process, for the fork's child handler, and the child's worker.
+// Never freed: an executor may be destroyed after the library's statics are (Python frees the
+// last ones at its end), and a worker's thread runs to the process's end.
+struct Live {
+  std::mutex mu;
+  std::vector<ExecutorCore*> executors;
+  ChildWorker* worker = nullptr;  // made by the first call in a forked child
+};
+Live& live() {
+  static Live* l = new Live;
+  return *l;
+}
+
+std::atomic<int> generation{0};
+
 // Registered when the library loads, before any executor or team exists: a fork from any
-// thread, by Python (os.fork, multiprocessing) or by C, marks the child.
-[[maybe_unused]] const int fork_watch = pthread_atfork(nullptr, nullptr, [] { forked.store(true); });
+// thread, by Python (os.fork, multiprocessing) or by C, is seen. The registry's lock is held
+// across the fork, so the child's list is whole; the child marks each executor it inherits
+// (after_fork_in_child) and lets the parent's worker go (its thread stayed in the parent).
+// (The CPU runtime's own handler lets the forking thread's OpenMP pool go: executor.cpp.)
+[[maybe_unused]] const int fork_watch = pthread_atfork(
+    [] { live().mu.lock(); }, [] { live().mu.unlock(); },
+    [] {
+      for (ExecutorCore* ex : live().executors) ex->after_fork_in_child();
+      live().worker = nullptr;
+      generation.fetch_add(1);
+      live().mu.unlock();
+    });
+
 }  // namespace
 
-bool forked_child() { return forked.load(std::memory_order_relaxed); }
+int fork_generation() { return generation.load(std::memory_order_relaxed); }
 
-void refuse_forked(const std::string& what) {
-  if (forked_child())
-    throw std::runtime_error(
-        what + ": called in a forked child process; the planner's executors cannot run after "
-        "fork() (their threads and OpenMP teams stay in the parent) - use multiprocessing's "
-        "'spawn' start method (DataLoader(multiprocessing_context='spawn'))");
+bool forked_child() { return fork_generation() != 0; }
+
+void run_off_inherited_pool(const std::function<void()>& f) {
+  if (!forked_child()) return f();
+  ChildWorker* worker;
+  {
+    std::lock_guard<std::mutex> lock(live().mu);
+    if (live().worker == nullptr) live().worker = new ChildWorker;
+    worker = live().worker;
+  }
+  worker->run(f);
 }
 
 std::string name_list(const std::vector<std::string>& names) {
@@ -48,13 +126,50 @@ void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
 
 ExecutorCore::ExecutorCore(const std::string& schedule_path, int backend,
                            const Concrete* concrete)
-    : loaded_(schedule_path, backend, concrete) {
-  refuse_forked("executor of plan '" + std::string(schedule().name) + "'");
+    : loaded_(schedule_path, backend, concrete), backend_(backend),
+      generation_(fork_generation()) {
+  check_forked();
   stats_.assign(schedule().num_ops, OpStats{});
   written_.assign(schedule().num_tensors, 0);
+  std::lock_guard<std::mutex> lock(live().mu);
+  live().executors.push_back(this);
 }
 
-ExecutorCore::~ExecutorCore() { finish_async(); }
+ExecutorCore::~ExecutorCore() {
+  finish_async();
+  std::lock_guard<std::mutex> lock(live().mu);
+  auto& all = live().executors;
+  all.erase(std::remove(all.begin(), all.end(), this), all.end());
+}
+
+void ExecutorCore::after_fork_in_child() {
+  if (mu_.try_lock()) {
+    mu_.unlock();
+  } else {
+    // Held by a thread that is not in this process: nothing will unlock it.
+    torn_ = true;
+    new (&mu_) std::mutex;
+  }
+  if (async_.joinable()) {
+    // A step_async's thread, not in this process: joining its copy would wait forever.
+    torn_ = torn_ || in_flight_;
+    new std::thread(std::move(async_));  // never joined nor destroyed here
+  }
+}
+
+void ExecutorCore::check_forked() const {
+  const std::string what = "executor of plan '" + std::string(schedule().name) + "'";
+  if (torn_)
+    throw std::runtime_error(
+        what + ": this process was fork()ed while another thread was using it (a step, a "
+        "load or a step_async in flight), so the child's copy of its state may be half "
+        "written - fork between its calls, or make the executor in the child");
+  if (backend_ == CUDA && forked_child())
+    throw std::runtime_error(
+        what + ": a CUDA executor cannot run in a forked child process (CUDA does not "
+        "survive fork()) - use multiprocessing's 'spawn' start method "
+        "(DataLoader(multiprocessing_context='spawn'))");
+}
 
 void ExecutorCore::finish_async() {
   if (!async_.joinable()) return;

@@ -5,6 +5,7 @@
 // the ops (run_step).
 #pragma once
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,13 +29,25 @@ TensorRef tensor_ref(const Schedule& s, int id);
 void op_tensors(const Schedule& s, const OpSpec& op, std::vector<TensorRef>* in,
                 std::vector<TensorRef>* out);
 
-// Whether this process is a child fork()ed from one that loaded this runtime: the parent's
-// lane threads are gone and its OpenMP pool is not (libgomp's pool waits for threads the child
-// does not have), so an executor inherited or made here would wait forever. refuse_forked
-// throws std::runtime_error, one line naming `what` and the way out (spawn); every binding
-// calls it before taking the executor's lock (a lane may have held it at the fork).
+// Fork: a child fork()ed from a process that loaded this runtime has only the forking thread.
+// The parent's lane threads and async step threads are gone; the forking thread's libgomp pool
+// is let go just before the fork where it can be (executor.cpp), else the child's copy of it
+// names workers that stayed in the parent and a team started from it would wait for them
+// forever, while a thread made in the child starts a pool of its own. So a CPU executor the child inherited runs every op one at a time, each on
+// its planned team (the kernels made in the parent, the bits of the serial reference the lanes
+// match), on a thread the child made (run_off_inherited_pool); one made in the child runs
+// as in any process. An executor whose lock a thread held at the fork (a step, a load, a
+// step_async in flight) is torn there: refused in one line. The CUDA executor cannot run in a
+// forked child (CUDA forbids it): refused in one line naming the spawn start method.
+//
+// fork_generation(): 0 in a process never forked since the runtime loaded, +1 at each fork in
+// the child. forked_child(): it is not 0.
+int fork_generation();
 bool forked_child();
-void refuse_forked(const std::string& what);
+// Runs f on the calling thread, or in a forked child on the child's worker thread, made by the
+// first such call (waited for, one call at a time; f's exception rethrown): any OpenMP team f
+// starts gets a pool of the child's own, kept from call to call.
+void run_off_inherited_pool(const std::function<void()>& f);
 
 class ExecutorCore {
  public:
@@ -82,6 +95,15 @@ class ExecutorCore {
   // Held by every binding call that reads or writes the arena (step, load_params, params):
   // one executor runs one step at a time, whichever thread calls it.
   std::mutex& mutex() const { return mu_; }
+  // Throws, one line naming the plan, where this process cannot run the executor: a forked
+  // child's copy of one whose lock was held at the fork (torn), or a CUDA executor in a forked
+  // child. Every binding calls it before taking the lock.
+  void check_forked() const;
+  // Made before this process's last fork (the child's copy of the parent's executor): its
+  // lanes' threads are not in this process, nor is a step_async's.
+  bool inherited() const { return generation_ != fork_generation(); }
+  // In the child, at the fork, for every live executor (one thread runs, nothing else does).
+  void after_fork_in_child();
 
  protected:
   // One step of every op (the backend's); counts it in steps_ and its ops in stats_.
@@ -99,6 +121,9 @@ class ExecutorCore {
 
  private:
   mutable std::mutex mu_;
+  int backend_;
+  int generation_;       // fork_generation() when made
+  bool torn_ = false;    // its lock was held at this process's fork (after_fork_in_child)
   std::vector<char> written_;  // per tensor: written by load_params
   std::thread async_;
   std::exception_ptr async_error_;

@@ -94,12 +94,18 @@ CASES: dict[str, list[tuple]] = {
     "LogSoftmax": [([((3, 8), N)], {}), ([((2, 5, 3), N)], {"axis": 1})],
     "Add": [([((3, 8), N), ((8,), N)], {}), ([((3, 1), N), ((3, 8), N)], {}),
             # a residual sum's folded Relu (planner/step/fold_sum_relu.py; CPU only)
-            ([((5, 131), N), ((5, 131), N)], {"activation": "relu"})],
-    "Sub": [([((3, 8), N), ((3, 1), N)], {})],
+            ([((5, 131), N), ((5, 131), N)], {"activation": "relu"}),
+            # an attention mask over the query axis (oneDNN's reference loop: the CPU's rows),
+            # at a size that splits the rows across a team; both operands broadcast
+            ([((8, 4, 33, 64), N), ((8, 4, 1, 64), N)], {}),
+            ([((3, 1, 5), N), ((1, 4, 1), N)], {})],
+    "Sub": [([((3, 8), N), ((3, 1), N)], {}),
+            ([((2, 1, 5), N), ((2, 4, 5), N)], {}), ([((2, 3, 4, 5), N), ((3, 1, 5), N)], {})],
     # (a per-sample factor, constant over each sample's trailing axes: the run loop)
     "Mul": [([((2, 3, 8), N), ((3, 1), N)], {}), ([((4, 2, 3, 5), N), ((4, 1, 1, 1), N)], {}),
             ([((4, 1, 1), N), ((4, 3, 5), N)], {})],
-    "Div": [([((3, 8), N), ((3, 8), N)], {}), ([((4, 6, 5), N), ((4, 6, 1), P)], {})],
+    "Div": [([((3, 8), N), ((3, 8), N)], {}), ([((4, 6, 5), N), ((4, 6, 1), P)], {}),
+            ([((2, 3, 4, 5), N), ((1, 3, 1, 5), P)], {})],
     "AddN": [([((3, 8), N), ((3, 8), N), ((3, 8), N)], {}),
              ([((5, 131), N), ((5, 131), N)], {}),
              ([((2, 9), N)] * 4, {}), ([((2, 9), N)] * 5, {}),  # 4 in the loop, 5 oneDNN's

@@ -35,6 +35,11 @@ Evaluation::Evaluation(const LoadedSchedule& training, char* training_arena,
     const TensorSpec& t = s.tensors[i];
     ptr_[i] = (t.store == TRAINING_ARENA ? training_arena : arena_.base()) + t.offset;
   }
+  // In a forked child, made on the child's worker thread (executor_core.h, "Fork").
+  run_off_inherited_pool([this, &s] { create_kernels(s); });
+}
+
+void Evaluation::create_kernels(const Schedule& s) {
   SavedThreads saved;
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
@@ -68,6 +73,11 @@ void Evaluation::check_feeds() {
 }
 
 void Evaluation::run(const Collective* collective) {
+  // In a forked child, on the child's worker thread (executor_core.h, "Fork").
+  run_off_inherited_pool([this, collective] { run_ops(collective); });
+}
+
+void Evaluation::run_ops(const Collective* collective) {
   const Schedule& s = schedule();
   SavedThreads saved;
   for (int k = 0; k < s.num_ops; ++k) {

@@ -1,10 +1,11 @@
 // A training plan's evaluation on the CPU (Plan.evaluation, planner/evaluation.py): the
 // evaluation schedule the same library exports (planner_evaluation_schedule), its kernels
-// created at the first evaluate, run in plan order on the calling thread, each op with its
-// planned team size. Its activations live in an arena of their own; its parameters and
-// states point at the training arena's bytes (store TRAINING_ARENA): an evaluation reads what
-// the steps trained, and writes nothing of the step's. A ZeRO-3 plan's evaluation gathers the
-// parameter shards (AllGather) on the step's process group, into its own arena.
+// created at the first evaluate, run in plan order on the calling thread (in a forked child on
+// the child's worker thread: executor_core.h, "Fork"), each op with its planned team size. Its
+// activations live in an arena of their own; its parameters and states point at the training
+// arena's bytes (store TRAINING_ARENA): an evaluation reads what the steps trained, and writes
+// nothing of the step's. A ZeRO-3 plan's evaluation gathers the parameter shards (AllGather)
+// on the step's process group, into its own arena.
 #pragma once
 #include <memory>
 #include <string>
@@ -44,6 +45,9 @@ class Evaluation {
   std::vector<char*> ptr_;      // every tensor's bytes: its own arena, or the training arena
   std::vector<char*> scratch_;  // every op's scratch area
   std::vector<std::unique_ptr<Arena>> overflow_;
+
+  void create_kernels(const Schedule& s);
+  void run_ops(const Collective* collective);
 };
 
 }  // namespace planner

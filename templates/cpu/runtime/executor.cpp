@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <omp.h>
+#include <pthread.h>
 
 #include "granted.h"
 
@@ -27,9 +28,36 @@ namespace planner {
 // then spin libgomp's default milliseconds on the CPU another lane's thread waits for (a
 // transformer encoder's main schedule 7.7 -> 10.3 ms): the caller's team is left as it is.
 // Inside a parallel region (an executor called from an OpenMP thread) nothing is let go.
+// In a forked child the calling thread's pool may be the parent's copy, whose workers are not
+// there to let go (the pause would wait for them): nothing is let go.
 static void release_callers_team(const Lanes& lanes) {
-  if (!lanes.shares_cpus() && omp_get_level() == 0) omp_pause_resource_all(omp_pause_soft);
+  if (!lanes.shares_cpus() && omp_get_level() == 0 && !forked_child())
+    omp_pause_resource_all(omp_pause_soft);
 }
+
+namespace {
+// Fork: the forking thread's libgomp pool is let go just before the fork (its workers joined),
+// so the child's only thread starts a pool of its own at its first team, as threads made in
+// the child do, and PyTorch's ops there (MKL's GEMM with its own thread count, ATen's loops)
+// run as in the parent, at the parent's thread count (which Dynamo's guards read). Without
+// that, a team started from the child's copy of the pool waits forever for workers that
+// stayed in the parent (libgomp's known fork problem). Where the pool cannot be let go (a fork
+// from inside a parallel region, or from a thread whose pool is itself such a copy), the
+// child's forking thread runs one thread per region instead. Per thread: fork copies the
+// forking thread's value into the child.
+thread_local bool pool_is_parents_copy = false;
+thread_local bool pool_let_go = false;
+[[maybe_unused]] const int pool_let_go_at_fork = pthread_atfork(
+    [] {
+      pool_let_go = !pool_is_parents_copy && omp_get_level() == 0 &&
+                    omp_pause_resource_all(omp_pause_soft) == 0;
+    },
+    nullptr,
+    [] {
+      pool_is_parents_copy = !pool_let_go;
+      if (pool_is_parents_copy) omp_set_num_threads(1);
+    });
+}  // namespace
 
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
                    double watchdog_seconds, bool adaptive, const Concrete* concrete,
@@ -76,17 +104,19 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
     lanes_ = std::make_unique<Lanes>(s, [this](int k) { create(k); }, [this](int k) { run(k); },
                                      jitter_us);
   } else {
-    int saved_threads = omp_get_max_threads();
-    try {
-      for (int k = 0; k < s.num_ops; ++k) {
-        omp_set_num_threads(kernel_threads(s.ops[k]));
-        create(k);
+    run_off_inherited_pool([this, &s] {
+      int saved_threads = omp_get_max_threads();
+      try {
+        for (int k = 0; k < s.num_ops; ++k) {
+          omp_set_num_threads(kernel_threads(s.ops[k]));
+          create(k);
+        }
+      } catch (...) {
+        omp_set_num_threads(saved_threads);
+        throw;
       }
-    } catch (...) {
       omp_set_num_threads(saved_threads);
-      throw;
-    }
-    omp_set_num_threads(saved_threads);
+    });
   }
   // Each op's scratch: its planned area when that holds what the kernel asks for, else a block
   // of its own (never shared: ops may run at the same time).
@@ -291,7 +321,16 @@ void Executor::check_feeds() {
   check_fed_values(loaded_, kernels_, Run{ptr_.data(), nullptr, stream_.get(), 1});
 }
 
-Executor::~Executor() { finish_async(); }
+Executor::~Executor() {
+  if (inherited()) {
+    // A forked child's copy: its lanes' threads are in the parent; destroying the lanes would
+    // wait for them forever. Their memory is the child's, freed with the process.
+    (void)lanes_.release();
+    for (auto& v : variants_)
+      if (v) (void)v->lanes.release();
+  }
+  finish_async();
+}
 
 Evaluation& Executor::evaluation() {
   if (!evaluation_)
@@ -314,7 +353,7 @@ void Executor::set_concurrent(bool on) {
                                   "one at a time (concurrent=False); it has no lanes");
     return;
   }
-  if (!on && on_lanes_ && last_lanes_ != nullptr) last_lanes_->release_teams();
+  if (!on && on_lanes_ && last_lanes_ != nullptr && !inherited()) last_lanes_->release_teams();
   if (!on) last_lanes_ = nullptr;
   on_lanes_ = on;
 }
@@ -323,7 +362,7 @@ void Executor::run_step() {
   pass_ += 1;
   step_began_ = std::chrono::steady_clock::now();
   micro_batch_only_ = micro_batch_only();
-  if (lanes_ && on_lanes_) {
+  if (live_lanes() && on_lanes_) {
     try {
       int chosen = choice_.before_step(granted_cores());
       Lanes& lanes = chosen == 0 ? *lanes_ : variant_lanes(chosen - 1);
@@ -342,13 +381,15 @@ void Executor::run_step() {
     steps_ += 1;
     return;
   }
-  run_one_at_a_time();
-  steps_ += 1;
+  run_off_inherited_pool([this] { run_serial(); });
 }
 
-void Executor::run_one_at_a_time() {
+void Executor::run_serial() {
   const Schedule& s = schedule();
-  const int chosen = team_choice_.before_step(granted_cores());
+  // A forked child's inherited executor runs the main schedule's serial reference (executor.h):
+  // a variant would make lanes in the child for an executor whose lanes stayed in the parent.
+  const bool choose = !inherited();
+  const int chosen = choose ? team_choice_.before_step(granted_cores()) : 0;
   Variant* x = chosen == 0 ? nullptr : &variant(chosen - 1);
   step_began_ = std::chrono::steady_clock::now();
   int saved_threads = omp_get_max_threads();
@@ -366,9 +407,10 @@ void Executor::run_one_at_a_time() {
     }
   }
   omp_set_num_threads(saved_threads);
-  if (micro_batch_only_ || s.micro_batches < 2)
+  if (choose && (micro_batch_only_ || s.micro_batches < 2))
     team_choice_.after_step(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
+  steps_ += 1;
 }
 
 }  // namespace planner

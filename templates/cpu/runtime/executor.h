@@ -4,6 +4,11 @@
 // co-run on their planned CPUs as the plan placed them. `concurrent=false` runs the ops one
 // at a time in plan order on the calling thread instead (the reference the concurrent run
 // must match). A step allocates nothing.
+//
+// In a forked child (executor_core.h, "Fork") an executor the child inherited runs that serial
+// reference, on the child's worker thread (its lanes' threads stayed in the parent, and are
+// never touched there: not stepped, placed, pinned, let go nor joined); one made in the child
+// runs as in any process. The bits are the parent's: the same kernels on the same teams.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -43,7 +48,7 @@ class Executor : public ExecutorCore {
 
   // Whether the next step runs on the plan's lanes (an executor built concurrent, not switched
   // off by set_concurrent).
-  bool concurrent() const { return lanes_ && on_lanes_; }
+  bool concurrent() const { return live_lanes() && on_lanes_; }
   // Between steps, for an executor built concurrent: run on its lanes (true) or one op at a
   // time in plan order on the calling thread's OpenMP team (false: the lanes' teams are let
   // go, so their threads no longer count against the process's OpenMP threads; the kernels
@@ -65,7 +70,7 @@ class Executor : public ExecutorCore {
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   // B operands several MatMuls read, packed once per step beside the arena (weight_packs.h).
   int64_t packed_weight_bytes() const { return packs_.bytes(); }
-  int64_t pinnings() const { return lanes_ ? lanes_->pinnings() : 0; }
+  int64_t pinnings() const { return live_lanes() ? lanes_->pinnings() : 0; }
   // When op k started and ended in the last step, in seconds from the step's start: the
   // timeline that shows what the plan's simulator leaves out (the lanes' hand-offs).
   std::pair<double, double> last_span(int k) const { return span_[k]; }
@@ -78,11 +83,11 @@ class Executor : public ExecutorCore {
   // Where the plan's CPUs and its comm lane run in this process (Lanes::place; a rank that
   // shares its host). Between steps; nothing to place when ops run one at a time.
   void place(std::vector<int> cpu_map, std::vector<int> loose) {
-    if (lanes_) lanes_->place(std::move(cpu_map), std::move(loose));
+    if (live_lanes()) lanes_->place(std::move(cpu_map), std::move(loose));
   }
   // Teams on the plan's CPUs (true, the default) or where the OS puts them (Lanes::set_pinning).
   void set_pinning(bool on) {
-    if (lanes_) lanes_->set_pinning(on);
+    if (live_lanes()) lanes_->set_pinning(on);
   }
   // The schedule for fewer free cores (choice.h): which one the next step runs is chosen by
   // what the process is granted and measures, unless pinned (a name from schedule_choice's
@@ -139,6 +144,8 @@ class Executor : public ExecutorCore {
   int quota_ = 1 << 30;
   int jitter_us_;
   std::unique_ptr<Lanes> lanes_;  // its threads stop before the rest is destroyed
+  // The lanes, where their threads run in this process (not in a forked child's copy).
+  Lanes* live_lanes() const { return inherited() ? nullptr : lanes_.get(); }
   bool on_lanes_ = true;          // set_concurrent
   Lanes* last_lanes_ = nullptr;   // the lanes of the last step's schedule (main or a variant)
   std::unique_ptr<Evaluation> evaluation_;  // made by the first evaluation()
@@ -147,8 +154,13 @@ class Executor : public ExecutorCore {
   // ops do not run (Schedule::micro_batches; set by run_step before any op runs).
   bool micro_batch_only_ = false;
   bool micro_batch_only() const;
-  // Runs every op: on the lanes, or one at a time in plan order; per-op times go to stats.
+  // Runs every op: on the lanes, or one at a time in plan order (run_serial); per-op times go
+  // to stats.
   void run_step() override;
+  // One step one op at a time in plan order on the calling thread's team, each op on the
+  // thread count of the schedule team_choice_ gives (a forked child's inherited executor: the
+  // main schedule's).
+  void run_serial();
   void check_feeds() override;
 
   char* home(int id) const;  // tensor id's bytes in the arena or the host store
@@ -162,9 +174,6 @@ class Executor : public ExecutorCore {
   void run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& stream, int threads);
   Variant& variant(int v);  // made the first time it is asked for
   Lanes& variant_lanes(int v) { return *variant(v).lanes; }
-  // One step one op at a time in plan order on the calling thread's team, each op on the
-  // thread count of the schedule team_choice_ gives.
-  void run_one_at_a_time();
   int granted_cores();
 };
 

@@ -22,48 +22,98 @@ Shape padded(const Shape& s, size_t rank) {
   return d;
 }
 
-// y = a (op) b with numpy broadcasting, for shapes oneDNN cannot take.
-template <class T>
-class BroadcastLoop : public Kernel {
+// y = a (op) b with numpy broadcasting, for what oneDNN's binary has no jit kernel for (its
+// reference loop took ~60 ns an element: an attention mask's (8, 4, 32, 32) + (8, 4, 1, 32) add
+// ran 2.1 ms, a sixth of a small encoder's step) and where neither operand has the output's
+// shape. The output is walked in rows: its innermost axes, merged while each operand is either
+// whole or broadcast along all of them, so that a row is one vectorised loop over contiguous
+// (or one repeated) elements of each operand, with one offset computation per row. Each
+// element is one IEEE operation on the same two values: the bits of any other order.
+class RowBroadcastLoop : public Kernel {
  public:
-  BroadcastLoop(const Node& n, char op) : op_(op), a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
-    out_ = n.out[0].shape;
-    size_t r = out_.size();
+  RowBroadcastLoop(const Node& n, char op) : op_(op), a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
+    const Shape& y = n.out[0].shape;
+    size_t r = y.size();
     Shape as = padded(n.in[0].shape, r), bs = padded(n.in[1].shape, r);
-    sa_.assign(r, 0);
-    sb_.assign(r, 0);
-    int64_t ma = 1, mb = 1;
-    for (int k = static_cast<int>(r) - 1; k >= 0; --k) {
-      sa_[k] = as[k] == 1 ? 0 : ma;
-      sb_[k] = bs[k] == 1 ? 0 : mb;
-      ma *= as[k];
-      mb *= bs[k];
+    // Axes of extent 1 in the output change nothing: dropped.
+    Shape ya, aa, ba;
+    for (size_t k = 0; k < r; ++k)
+      if (y[k] != 1) ya.push_back(y[k]), aa.push_back(as[k]), ba.push_back(bs[k]);
+    size_t m = ya.size(), inner_from = m;
+    if (m > 0) {
+      a_step_ = aa[m - 1] == 1 ? 0 : 1;
+      b_step_ = ba[m - 1] == 1 ? 0 : 1;
+      while (inner_from > 0 && (aa[inner_from - 1] == 1 ? 0 : 1) == a_step_ &&
+             (ba[inner_from - 1] == 1 ? 0 : 1) == b_step_)
+        --inner_from;
     }
+    for (size_t k = inner_from; k < m; ++k) inner_ *= ya[k];
+    // Row strides of the outer axes, in elements of each operand (0 where it broadcasts).
+    int64_t ma = a_step_ ? inner_ : 1, mb = b_step_ ? inner_ : 1;
+    outer_.assign(ya.begin(), ya.begin() + static_cast<std::ptrdiff_t>(inner_from));
+    sa_.assign(inner_from, 0);
+    sb_.assign(inner_from, 0);
+    for (int k = static_cast<int>(inner_from) - 1; k >= 0; --k) {
+      sa_[k] = aa[k] == 1 ? 0 : ma;
+      sb_[k] = ba[k] == 1 ? 0 : mb;
+      ma *= aa[k];
+      mb *= ba[k];
+    }
+    rows_ = numel(outer_);
   }
+  std::string impl() const override { return "direct:broadcast rows"; }
   void run(const Run& r) override {
-    const T* a = r.at<T>(a_);
-    const T* b = r.at<T>(b_);
-    T* y = r.at<T>(y_);
-    int64_t n = numel(out_);
-    int rank = static_cast<int>(out_.size());
-#pragma omp parallel for
-    for (int64_t e = 0; e < n; ++e) {
-      int64_t rest = e, ia = 0, ib = 0;
-      for (int k = rank - 1; k >= 0; --k) {
-        int64_t i = rest % out_[k];
-        rest /= out_[k];
-        ia += i * sa_[k];
-        ib += i * sb_[k];
-      }
-      T x = a[ia], z = b[ib];
-      y[e] = op_ == '+' ? x + z : op_ == '-' ? x - z : op_ == '*' ? x * z : x / z;
+    switch (op_) {
+      case '+': return rows(r, [](float x, float z) { return x + z; });
+      case '-': return rows(r, [](float x, float z) { return x - z; });
+      case '*': return rows(r, [](float x, float z) { return x * z; });
+      default: return rows(r, [](float x, float z) { return x / z; });
     }
   }
 
  private:
+  template <class Op>
+  void rows(const Run& r, Op f) const {
+    const float* a = r.at<float>(a_);
+    const float* b = r.at<float>(b_);
+    float* y = r.at<float>(y_);
+    const int64_t inner = inner_, rows = rows_;
+    const int outer = static_cast<int>(outer_.size());
+    const int64_t as = a_step_, bs = b_step_;
+#pragma omp parallel for schedule(static) if(rows * inner >= kGrain)
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t rest = row, ia = 0, ib = 0;
+      for (int k = outer - 1; k >= 0; --k) {
+        int64_t i = rest % outer_[k];
+        rest /= outer_[k];
+        ia += i * sa_[k];
+        ib += i * sb_[k];
+      }
+      const float* x = a + ia;
+      const float* z = b + ib;
+      float* out = y + row * inner;
+      if (as && bs) {
+#pragma omp simd
+        for (int64_t i = 0; i < inner; ++i) out[i] = f(x[i], z[i]);
+      } else if (as) {
+        const float zs = z[0];
+#pragma omp simd
+        for (int64_t i = 0; i < inner; ++i) out[i] = f(x[i], zs);
+      } else if (bs) {
+        const float xs = x[0];
+#pragma omp simd
+        for (int64_t i = 0; i < inner; ++i) out[i] = f(xs, z[i]);
+      } else {
+        const float v = f(x[0], z[0]);
+        for (int64_t i = 0; i < inner; ++i) out[i] = v;
+      }
+    }
+  }
+
   char op_;
   int a_, b_, y_;
-  Shape out_, sa_, sb_;
+  int64_t a_step_ = 1, b_step_ = 1, inner_ = 1, rows_ = 1;
+  Shape outer_, sa_, sb_;
 };
 
 // y = a (op) s, s constant over each run of `inner` trailing elements (a per-sample factor, as
@@ -120,13 +170,22 @@ int64_t trailing_runs(const Shape& b, const Shape& y) {
   return k > 0 && inner >= 2 ? inner : 0;
 }
 
-// src0 has the output's shape; src1 broadcasts (both seen with the output's rank, >= 1).
-KernelPtr binary_prim(const Node& n, dnnl::algorithm alg, int first, int second) {
+// oneDNN's reference implementation: a loop computing every element's offsets (tens of ns an
+// element), chosen for a broadcast it has no jit kernel for.
+bool reference_impl(const dnnl::primitive_desc_base& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+// src0 has the output's shape; src1 broadcasts (both seen with the output's rank, >= 1). A
+// float32 broadcast oneDNN would run by its reference loop runs as rows (RowBroadcastLoop).
+KernelPtr binary_prim(const Node& n, dnnl::algorithm alg, int first, int second, char op) {
   const TensorRef& y = n.out[0];
   size_t r = std::max<size_t>(y.shape.size(), 1);
   auto y_md = view_md(padded(y.shape, r), y.dtype);
   auto b_md = view_md(padded(n.in[second].shape, r), n.in[second].dtype);
   dnnl::binary::primitive_desc pd(n.engine, alg, y_md, b_md, y_md, user_scratchpad());
+  if (reference_impl(pd) && y.dtype == F32 && n.in[0].dtype == F32 && n.in[1].dtype == F32)
+    return std::make_unique<RowBroadcastLoop>(n, op);
   auto k = std::make_unique<DnnlKernel>();
   k->add(dnnl::binary(pd), pd, {{DNNL_ARG_SRC_0, n.in[first].id},
                                 {DNNL_ARG_SRC_1, n.in[second].id}, {DNNL_ARG_DST, y.id}});
@@ -141,21 +200,21 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   const bool low = (n.in[0].dtype == BF16 || n.in[0].dtype == F16) &&
                    n.in[1].dtype == n.in[0].dtype && n.out[0].dtype == n.in[0].dtype;
   if (low && padded(n.in[0].shape, r) == y && padded(n.in[1].shape, r) == y)
-    return binary_prim(n, alg, 0, 1);  // mixed precision's residual adds: float32 math inside
+    return binary_prim(n, alg, 0, 1, op);  // mixed precision's residual adds: float32 math inside
   if (n.in[0].dtype != F32 || n.in[1].dtype != F32)
     throw std::runtime_error("binary ops take float32 tensors (or int64 or int32, but for "
                              "Div; or two bfloat16 / float16 tensors of the output's shape)");
   if (padded(n.in[0].shape, r) == y) {
     if (int64_t inner = trailing_runs(padded(n.in[1].shape, r), y))
       return std::make_unique<RunScalarLoop>(n, op, 0, 1, inner);
-    return binary_prim(n, alg, 0, 1);
+    return binary_prim(n, alg, 0, 1, op);
   }
   if (commutes && padded(n.in[1].shape, r) == y) {
     if (int64_t inner = trailing_runs(padded(n.in[0].shape, r), y))
       return std::make_unique<RunScalarLoop>(n, op, 1, 0, inner);
-    return binary_prim(n, alg, 1, 0);
+    return binary_prim(n, alg, 1, 0, op);
   }
-  return std::make_unique<BroadcastLoop<float>>(n, op);
+  return std::make_unique<RowBroadcastLoop>(n, op);
 }
 
 // What a sum loop applies to each sum as it writes it: nothing, a folded Relu (an Add's,
