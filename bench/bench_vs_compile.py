@@ -46,9 +46,21 @@ ENGINES = ("ours", "eager", "compile", "backend", "backend+step")
 
 
 def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step",
-                loop_work: bool = False):
+                loop_work: bool = False, threads: int | None = None,
+                backend_costs: str | None = None):
     """One engine of one module, warmed up, for a StepProcess, with a report of its first
-    step's seconds (building or compiling included: for ours the trainer's planning, building
+    step's seconds and for ours its step's work (engine_parts)."""
+    step, first, work, _ = engine_parts(label, engine, folder, costs, loop_work, threads,
+                                        backend_costs)
+    return step, lambda: f"{first:.3f} {work}"
+
+
+def engine_parts(label: str, engine: str, folder: Path, costs: str = "in-step",
+                 loop_work: bool = False, threads: int | None = None,
+                 backend_costs: str | None = None):
+    """One engine of one module, warmed up: (its step, its first step's seconds, for ours
+    step_work of its plan and its trainer; "" and None for the others). The first step's
+    seconds: building or compiling included (for ours the trainer's planning, building
     and first step; for compile Inductor's compile and first step; for backend
     torch.compile(backend="planner")'s, priced by the planner's default measured costs).
     Ours is bench_neighbours.module_trainer's executor on its plan's main schedule,
@@ -58,7 +70,10 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step",
     backend too (PyTorch's compiled-optimizer pattern). With `loop_work` every engine's step
     begins with a PyTorch op of a user's loop: the batch scaled (a DataLoader's normalisation),
     which PyTorch runs on its OpenMP team where the batch exceeds its grain size (32768
-    elements: the nn.Module table's batches)."""
+    elements: the nn.Module table's batches). `threads`: PyTorch's team (torch.set_num_threads)
+    for every engine but ours; None: the host's CPUs, PyTorch's default. `backend_costs`: the
+    backend's options={"costs": ...}; None: its default (what this host kept, the rest
+    measured by a child in the background and planned again between steps)."""
     import time
 
     start = time.perf_counter()
@@ -78,10 +93,12 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step",
         import planner.torch  # noqa: F401  (the backend, where the entry point is not installed)
 
         module, inputs, y, loss = example(label)
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(threads or os.cpu_count() or 1)
         step = eager_step(module, inputs, y, loss, SGD.lr, compiled=engine != "eager",
                           backend="planner" if engine.startswith("backend") else "inductor",
-                          warm=1, compiled_step=engine == "backend+step")
+                          warm=1, compiled_step=engine == "backend+step",
+                          options=({"costs": backend_costs} if backend_costs
+                                   and engine.startswith("backend") else None))
     if loop_work:
         import torch
 
@@ -97,7 +114,7 @@ def engine_step(label: str, engine: str, folder: Path, costs: str = "in-step",
 
     for _ in range(3 + (2 * (MEASURED + 1) if engine.startswith("backend") else 0)):
         step()
-    return step, lambda: f"{first:.3f} {work}"
+    return step, first, work, t if engine == "ours" else None
 
 
 def step_work(plan) -> str:

@@ -5,10 +5,12 @@ convolutions, BatchNorm, dropout head) and ResNet-18 are written here after torc
 width and an image size a 2-core step takes tens of milliseconds on; the encoder is torch's own
 nn.TransformerEncoder. FRESH are the seven models of tests/importers/fresh_models.py (issue 46:
 a top-2 MoE, a GNN, a DLRM, a masked autoencoder, a stochastic-depth ResNet, focal loss, a GPT
-with label smoothing) at their bench sizes, each with its own inputs and loss.
+with label smoothing) at their bench sizes, each with its own inputs and loss. STRATEGIES are
+the CPU strategies table's zoo models (bench/bench_cpu_strategies.py) as their nn.Module twins
+(bench/zoo_modules.py).
 
 MODULES maps a name to (constructor, input shape, classes); `example(name)` gives any of
-MODULES or FRESH as a module with its inputs, labels and loss.
+MODULES, FRESH or STRATEGIES as a module with its inputs, labels and loss.
 """
 
 from __future__ import annotations
@@ -128,13 +130,22 @@ MODULES = {
 
 
 FRESH = ("moe", "gnn", "dlrm", "mae", "stochastic_depth", "focal", "gpt")
+# The CPU strategies table's zoo models (bench/bench_cpu_strategies.py, at its sizes) as their
+# nn.Module twins (bench/zoo_modules.py), each named by its label there.
+STRATEGIES = ("lstm", "dcgan", "resnet-50", "wide_deep")
 
 
 def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple, torch.Tensor, Callable]:
-    """The module `name` (of MODULES or FRESH) in train() mode, one batch of its inputs, the
-    labels, and the loss (called as loss(module(*inputs), labels))."""
+    """The module `name` (of MODULES, FRESH or STRATEGIES) in train() mode, one batch of its
+    inputs, the labels, and the loss (called as loss(module(*inputs), labels))."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed + 1)
+    if name in STRATEGIES:
+        from bench_cpu_strategies import MODELS as SIZES
+        from zoo_modules import twin
+
+        module, inputs, labels, loss = twin(name, SIZES[name])
+        return module.train(), inputs, labels, loss
     if name in FRESH:
         from tests.importers.fresh_models import MODELS as FRESH_MODELS
 
@@ -150,16 +161,18 @@ def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple, torch.Tensor, C
 
 def eager_step(module: nn.Module, inputs: tuple, y: torch.Tensor, loss_fn: Callable, lr: float,
                compiled: bool = False, backend: str = "inductor", warm: int = 2,
-               compiled_step: bool = False):
+               compiled_step: bool = False, options: dict | None = None):
     """One SGD step of `module` on (inputs, y) as PyTorch runs it (torch.compile of the
     forward and loss with `compiled`, by `backend`: Inductor, or "planner", planner.torch's;
-    with `compiled_step`, of `opt.step` too, by the same backend), after `warm` steps."""
+    with `compiled_step`, of `opt.step` too, by the same backend, given `options`), after
+    `warm` steps."""
     opt = torch.optim.SGD(module.parameters(), lr=lr)
-    update = torch.compile(opt.step, backend=backend) if compiled_step else opt.step
+    update = (torch.compile(opt.step, backend=backend, options=options) if compiled_step
+              else opt.step)
     def loss():
         return loss_fn(module(*inputs), y)
 
-    fn = torch.compile(loss, backend=backend) if compiled else loss
+    fn = torch.compile(loss, backend=backend, options=options) if compiled else loss
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)

@@ -166,6 +166,13 @@ def zoo_twin_params(label: str, params: dict) -> tuple[int, int]:
     return sum(p.numel() for p in model.parameters()) - extra, ours
 
 
+def twin(label: str, params: dict) -> tuple:
+    """The twin of `label` at `params`: (module, inputs, labels, loss), called as
+    loss(module(*inputs), labels)."""
+    model, inputs, labels, loss, _ = _MAKERS[label](**params)
+    return model, inputs, labels, loss
+
+
 def module_trainer(label: str, params: dict, lr: float, threads: int,
                    compiled: bool = False) -> Callable[[], None]:
     """One SGD training step of the twin on `threads` threads, eager or under torch.compile;
@@ -174,7 +181,7 @@ def module_trainer(label: str, params: dict, lr: float, threads: int,
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model, inputs, labels, loss, _ = _MAKERS[label](**params)
+    model, inputs, labels, loss = twin(label, params)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     forward = torch.compile(model) if compiled else model

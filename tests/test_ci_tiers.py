@@ -27,6 +27,7 @@ UNSAMPLED = {
     "tests/cuda/test_cuda_data_parallel.py": CUDA_BUILD,
     "tests/cuda/test_cuda_losses_random.py": CUDA_BUILD,
     "tests/cuda/test_gpu_profile.py": CUDA_BUILD,
+    "tests/test_bench_fixed_set.py": BENCH,
     "tests/test_bench_gpu_dry_run.py": BENCH,
     "tests/test_bench_neighbours.py": BENCH,
     "tests/test_bench_onednn_profile.py": BENCH,

@@ -130,3 +130,51 @@ def test_set_concurrent_on_a_one_at_a_time_executor_is_refused():
     ex.set_concurrent(False)  # already so: nothing to do
     with pytest.raises(ValueError, match="concurrent=False"):
         ex.set_concurrent(True)
+
+
+def _executors() -> set:
+    """Every planned call's executor the backend holds now (a ChosenWay's own)."""
+    from planner.torch import executors
+
+    held = [*executors._EXECUTORS.values(),
+            *(e for p in list(executors._POOLS.values()) for e in p.idle())]
+    return {e.ex if isinstance(e, ChosenWay) else e for e in held}
+
+
+def _schedules_granted_one_core(lanes) -> list[dict]:
+    """A small convnet's SGD steps through the backend (planned uniform on the host's cores:
+    every op on all of them), then, the process granted one core as a busy host's scheduler
+    leaves it, more steps; the schedule stats of each executor its calls made."""
+    import os
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 5))
+    fn = torch.compile(model, backend="planner", options={
+        "lanes": lanes, "strategy": "uniform", "costs": "analytical"})
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+    before, mask = _executors(), os.sched_getaffinity(0)
+    torch.nn.functional.cross_entropy(fn(x), y).backward()  # planned for the whole host
+    os.sched_setaffinity(0, {min(mask)})
+    try:
+        for _ in range(3):
+            torch.nn.functional.cross_entropy(fn(x), y).backward()
+    finally:
+        os.sched_setaffinity(0, mask)
+    return [e.stats()["schedule"] for e in _executors() - before]
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2,
+                    reason="needs a host of two CPUs or more (a plan with a fewer-core variant)")
+@pytest.mark.parametrize("lanes", [False, True])
+def test_a_busy_host_moves_the_backends_calls_to_the_variant_the_trainer_runs(lanes):
+    # Granted one core (the affinity mask), the trainer's executor runs its one-core variant
+    # (tests/codegen/test_schedule_variants.py); the backend's planned calls do the same on
+    # the lanes and, one op at a time, on PyTorch's team (executor.h's team_choice_), where
+    # before the team ran the main schedule's two-thread ops whatever the host granted.
+    ran = _schedules_granted_one_core(lanes)
+    assert len(ran) >= 2, ran  # the forward's and the backward's executors
+    for sched in ran:
+        assert sched["granted_cores"] == 1, sched
+        assert sched["running"] == "cores-1", sched
+        assert "granted 1 core(s): main needs 2" in sched["reason"], sched

@@ -17,15 +17,17 @@
   measured again now and then (planner/torch/lane_choice.py); True: on the plan's lanes,
   co-running, each lane with an OpenMP team of its own and the executor's wait policy; False:
   its ops one at a time in plan order on the calling thread's OpenMP team (PyTorch's), each
-  with its planned thread count. Why it is measured: on a quiet machine the team avoids what
-  extra teams cost in PyTorch's process (with more OpenMP threads than CPUs libgomp cuts every
-  team's spinning short: mobilenet_v2's forward convolutions 14-18 ms a call on lanes,
-  3.7-4.3 ms on PyTorch's team, 2-core VM); beside other busy processes PyTorch's team waits
-  for a descheduled thread at every parallel region (a transformer encoder's forward call
-  150 ms on the team, 12-18 ms on lanes at load 3): bench/RESULTS.md. The same bits any way;
-- adaptive: with lanes, True (default): the executors switch to the plan's schedules for fewer
-  free cores by load, each computing the same bits (trainer's `adaptive`); False: the main
-  schedule always;
+  with the thread count of the schedule `adaptive` chose. Why it is measured: on a quiet
+  machine the team avoids what extra teams cost in PyTorch's process (with more OpenMP threads
+  than CPUs libgomp cuts every team's spinning short: mobilenet_v2's forward convolutions
+  14-18 ms a call on lanes, 3.7-4.3 ms on PyTorch's team, 2-core VM); beside other busy
+  processes PyTorch's team waits for a descheduled thread at every parallel region (a
+  transformer encoder's forward call 150 ms on the team, 12-18 ms on lanes at load 3):
+  bench/RESULTS.md. The same bits any way;
+- adaptive: True (default): the executors switch to the plan's schedules for fewer free cores
+  by the cores granted and the step times measured, on the lanes and on PyTorch's team alike,
+  each computing the same bits (the trainer's `adaptive`: a busy host's planned calls choose
+  their cores and lanes as the trainer's steps do); False: the main schedule always;
 - kept_calls: planned call signatures (shapes, which inputs need gradients) whose executors
   the process keeps, least recently called dropped first (default 32; a dropped one's next
   call makes its executors again from its kept build: no planning, no build);

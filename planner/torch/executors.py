@@ -222,13 +222,14 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
 
     # BackendOptions.lanes: the plan's lanes, one op at a time on PyTorch's team, or whichever
-    # the process's steps measure faster (one way for every measured plan: STEP_WAY).
+    # the process's steps measure faster (one way for every measured plan: STEP_WAY). Either
+    # way the executor runs the schedule the trainer's would (adaptive: the main one, or its
+    # variant for the cores granted and measured free; executor.h's team_choice_ on the team).
     lanes = options.lanes is not False
     measured = options.lanes == "measured"
 
     def make() -> Any:
-        ex = package.Executor(concurrent=lanes, adaptive=lanes and options.adaptive,
-                              **concrete)
+        ex = package.Executor(concurrent=lanes, adaptive=options.adaptive, **concrete)
         ex.load_params(values)
         return ChosenWay(ex, STEP_WAY, name) if measured else ex
 

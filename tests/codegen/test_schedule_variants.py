@@ -58,18 +58,26 @@ def test_a_plan_carries_verified_variants_down_to_one_core(built):
 
 
 def test_every_schedule_pinned_gives_the_reference_results(built):
+    # On the lanes and one op at a time on the calling thread's team (concurrent=False: the
+    # way torch.compile's backend runs on PyTorch's team), each with the schedule's own
+    # thread counts; the two ways give the same bits.
     graph, p, module = built
     state, feeds = start_state(graph), random_feeds(graph, seed=3)
     names = [v["name"] for v in module.Executor().variants()]
     assert names == ["main"] + [v.name for v in p.variants]
     for name in names:
-        ex = module.Executor()
-        ex.load_params(state)
-        ex.set_variant(name)
-        losses = [ex.step(feeds)["loss"] for _ in range(2)]
-        sched = ex.stats()["schedule"]
-        assert sched["running"] == name and sched["pinned"], name
-        assert_like_reference(graph, ex, losses[-1], state, feeds, 2)
+        ran = {}
+        for concurrent in (True, False):
+            ex = module.Executor(concurrent=concurrent)
+            ex.load_params(state)
+            ex.set_variant(name)
+            losses = [ex.step(feeds)["loss"] for _ in range(2)]
+            sched = ex.stats()["schedule"]
+            assert sched["running"] == name and sched["pinned"], (name, concurrent)
+            assert_like_reference(graph, ex, losses[-1], state, feeds, 2)
+            ran[concurrent] = (losses, ex.params())
+        (lanes, on_lanes), (team, on_team) = ran[True], ran[False]
+        assert lanes == team and all(np.array_equal(on_lanes[k], on_team[k]) for k in on_lanes)
 
 
 def test_a_narrowed_affinity_mask_moves_an_adaptive_step_to_a_one_core_variant(built):

@@ -209,15 +209,13 @@ NB_MODULE(planner_cpu_rt, m) {
       "set_variant",
       [](Executor& ex, std::optional<std::string> name) {
         auto lock = planner::hold(ex);  // not while a step runs
-        if (!ex.concurrent())
-          throw nb::value_error("set_variant: this executor runs ops one at a time in plan "
-                                "order (concurrent=False); it has no schedules to choose");
         ex.set_variant(name.value_or(""));
       },
       "name"_a.none(),
-      "Run the named schedule ('main' or a variant from variants()) from the next step on; "
-      "None: choose by the cores granted and the step times measured (adaptive=True's rule, "
-      "the default; every schedule computes the same bits).");
+      "Run the named schedule ('main' or a variant from variants()) from the next step on, "
+      "on the lanes or one op at a time alike; None: choose by the cores granted and the "
+      "step times measured (adaptive=True's rule, the default; every schedule computes the "
+      "same bits).");
   cls.def(
       "variants",
       [](const Executor& ex) {

@@ -70,6 +70,7 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
       packs_(loaded_.get()),
       watchdog_seconds_(watchdog_seconds),
       choice_(choice_options(loaded_.get())),
+      team_choice_(choice_options(loaded_.get())),
       jitter_us_(jitter_us) {
   if (evaluation_concrete) evaluation_concrete_ = std::make_unique<Concrete>(*evaluation_concrete);
   // NaN compares false: a step would never time out, or (0, negative) fail at once.
@@ -123,8 +124,9 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
     scratch_[k] = scratch_area(s.ops[k], *kernels_[k], &overflow_[k]);
   for (int v = 0; v < s.num_variants; ++v) variants_.push_back(nullptr);
   if (!adaptive)
-    choice_.pin(0, "the main schedule whatever the load (adaptive=False; "
-                   "set_variant(None) switches by load)");
+    for (ScheduleChoice* c : {&choice_, &team_choice_})
+      c->pin(0, "the main schedule whatever the load (adaptive=False; "
+                "set_variant(None) switches by load)");
 }
 
 char* Executor::scratch_area(const OpSpec& op, const Kernel& kernel,
@@ -153,9 +155,9 @@ std::vector<ScheduleChoice::Option> Executor::choice_options(const Schedule& s) 
   return out;
 }
 
-Lanes& Executor::variant_lanes(int v) {
+Executor::Variant& Executor::variant(int v) {
   std::unique_ptr<Variant>& slot = variants_[v];
-  if (slot) return *slot->lanes;
+  if (slot) return *slot;
   const Schedule& s = schedule();
   auto x = std::make_unique<Variant>();
   x->ops.assign(s.ops, s.ops + s.num_ops);
@@ -186,14 +188,20 @@ Lanes& Executor::variant_lanes(int v) {
   for (int k = 0; k < s.num_ops; ++k)
     x->scratch[k] = scratch_area(x->ops[k], *x->kernels[k], &x->overflow[k]);
   slot = std::move(x);
-  return *slot->lanes;
+  return *slot;
 }
 
 void Executor::set_variant(const std::string& name) {
-  if (name.empty()) return choice_.pin(-1);
+  if (name.empty()) {
+    choice_.pin(-1);
+    return team_choice_.pin(-1);
+  }
   const auto& options = choice_.options();
   for (int i = 0; i < static_cast<int>(options.size()); ++i)
-    if (options[i].name == name) return choice_.pin(i);
+    if (options[i].name == name) {
+      choice_.pin(i);
+      return team_choice_.pin(i);
+    }
   std::string known;
   for (const auto& o : options) known += (known.empty() ? "" : ", ") + o.name;
   throw std::invalid_argument("no schedule named '" + name + "' in this plan (it has " + known +
@@ -378,17 +386,30 @@ void Executor::run_step() {
 
 void Executor::run_serial() {
   const Schedule& s = schedule();
+  // A forked child's inherited executor runs the main schedule's serial reference (executor.h):
+  // a variant would make lanes in the child for an executor whose lanes stayed in the parent.
+  const bool choose = !inherited();
+  const int chosen = choose ? team_choice_.before_step(granted_cores()) : 0;
+  Variant* x = chosen == 0 ? nullptr : &variant(chosen - 1);
+  step_began_ = std::chrono::steady_clock::now();
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
-    omp_set_num_threads(kernel_threads(s.ops[k]));
+    const OpSpec& op = x ? x->ops[k] : s.ops[k];
+    omp_set_num_threads(kernel_threads(op));
     try {
-      run(k);
+      if (x)
+        run_kernel(k, *x->kernels[k], x->scratch[k], *x->stream, op.threads);
+      else
+        run(k);
     } catch (const std::exception& e) {
       omp_set_num_threads(saved_threads);
       throw StepError(op_failure(s.ops[k], e.what()));
     }
   }
   omp_set_num_threads(saved_threads);
+  if (choose && (micro_batch_only_ || s.micro_batches < 2))
+    team_choice_.after_step(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
   steps_ += 1;
 }
 

@@ -91,9 +91,10 @@ class Executor : public ExecutorCore {
   }
   // The schedule for fewer free cores (choice.h): which one the next step runs is chosen by
   // what the process is granted and measures, unless pinned (a name from schedule_choice's
-  // options; "" returns to the rule). Between steps; the concurrent executor only.
+  // options; "" returns to the rule), on the lanes and one op at a time alike. Between steps.
   void set_variant(const std::string& name);
-  const ScheduleChoice& schedule_choice() const { return choice_; }
+  // The choice of the way the next step runs: on the lanes, or one op at a time.
+  const ScheduleChoice& schedule_choice() const { return concurrent() ? choice_ : team_choice_; }
 
   // ---- evaluation from the same build (Plan.evaluation; evaluation.h) -------------------
   // Whether the schedule library exports an evaluation schedule (a training plan's).
@@ -132,6 +133,13 @@ class Executor : public ExecutorCore {
   };
   std::vector<std::unique_ptr<Variant>> variants_;  // choice_ option v + 1
   ScheduleChoice choice_;
+  // One op at a time on the calling thread's team (concurrent=false, set_concurrent(false)):
+  // the same schedules at their own thread counts, chosen by the same rule from that way's own
+  // step times (a step on the team takes other times than on the lanes). On a busy host the
+  // main schedule's two-thread ops wait for a descheduled thread at every parallel region;
+  // the variant for the cores granted does not (torch.compile(backend="planner")'s team way
+  // chooses as the trainer's lanes do).
+  ScheduleChoice team_choice_;
   int64_t quota_checked_ = -1;
   int quota_ = 1 << 30;
   int jitter_us_;
@@ -149,6 +157,9 @@ class Executor : public ExecutorCore {
   // Runs every op: on the lanes, or one at a time in plan order (run_serial); per-op times go
   // to stats.
   void run_step() override;
+  // One step one op at a time in plan order on the calling thread's team, each op on the
+  // thread count of the schedule team_choice_ gives (a forked child's inherited executor: the
+  // main schedule's).
   void run_serial();
   void check_feeds() override;
 
@@ -161,7 +172,8 @@ class Executor : public ExecutorCore {
   char* scratch_area(const OpSpec& op, const Kernel& kernel, std::unique_ptr<Arena>* overflow);
   static std::vector<ScheduleChoice::Option> choice_options(const Schedule& s);
   void run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& stream, int threads);
-  Lanes& variant_lanes(int v);
+  Variant& variant(int v);  // made the first time it is asked for
+  Lanes& variant_lanes(int v) { return *variant(v).lanes; }
   int granted_cores();
 };
 
