@@ -164,8 +164,10 @@ RUNTIMES: dict[Backend, Runtime] = {
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool masks and conditions (Where,
                    # comparisons), integer arithmetic (kernels/integer.cpp), int16, int8 and
-                   # uint8 storage (casts, the integer kernels)
-                   frozenset({"float32", "int64", "int32", "bool", "int16", "int8", "uint8"}),
+                   # uint8 storage (casts, the integer kernels, embedding ids), float64 where a
+                   # kernel declares it (a float64 MLP's step: docs/executor.md, "dtypes")
+                   frozenset({"float32", "float64", "int64", "int32", "bool", "int16", "int8",
+                              "uint8"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
                    frozenset({"bfloat16", "float16"}), MIXED_OPS,
                    load_environment=CPU_LOAD_ENVIRONMENT,

@@ -1,4 +1,4 @@
-// LAPACK in float32 from the scipy-openblas32 wheel, which codegen/build.py finds and links (a
+// LAPACK in float32 (and BLAS's dgemm) from the scipy-openblas32 wheel, which codegen/build.py finds and links (a
 // declared dependency of the planner, as oneDNN is). Its symbols carry the wheel's prefix
 // (PLANNER_LAPACK_PREFIX, `scipy_`, so that they never bind to numpy's or torch's own copies)
 // and Fortran's trailing underscore; each character argument has a hidden length at the end
@@ -27,6 +27,12 @@ void PLANNER_LAPACK(spotrf)(const char* uplo, const int* n, float* a, const int*
 void PLANNER_LAPACK(ssyevd)(const char* jobz, const char* uplo, const int* n, float* a,
                             const int* lda, float* w, float* work, const int* lwork, int* iwork,
                             const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
+// BLAS's float64 GEMM (the float64 MatMul, kernels/matmul_f64.cpp: oneDNN 3.2's CPU matmul
+// has no f64): C = alpha op(A) op(B) + beta C, column-major.
+void PLANNER_LAPACK(dgemm)(const char* transa, const char* transb, const int* m, const int* n,
+                           const int* k, const double* alpha, const double* a, const int* lda,
+                           const double* b, const int* ldb, const double* beta, double* c,
+                           const int* ldc, size_t transa_len, size_t transb_len);
 // OpenBLAS's own: the threads one call may use (the kernels call LAPACK from each thread of
 // an OpenMP loop over the batch, so one each).
 void PLANNER_LAPACK_JOIN(PLANNER_LAPACK_PREFIX, openblas_set_num_threads)(int threads);
