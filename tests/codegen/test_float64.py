@@ -214,20 +214,24 @@ def test_embedding_of_small_integer_ids_is_bit_for_bit(ids_dtype, tmp_path):
         assert np.array_equal(got[outs[2 * k + 1]], want)
 
 
-def test_uint8_token_ids_look_up_through_the_backend_bit_for_bit():
+@pytest.mark.parametrize("ids_dtype,widen", [("uint8", "long"), ("int8", "int"),
+                                             ("int16", "long")])
+def test_small_integer_token_ids_look_up_through_the_backend_bit_for_bit(ids_dtype, widen):
+    """torch's embedding takes int64 or int32 indices only: byte tokens are widened in the
+    model (a Cast in the plan), then looked up, a float64 table's rows exactly."""
     from tests.helpers.compile_cases import compiled
 
-    class ByteEmbedding(torch.nn.Module):
+    class TokenEmbedding(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.emb = torch.nn.Embedding(256, 8, dtype=torch.float64)
+            self.emb = torch.nn.Embedding(128, 8, dtype=torch.float64)
 
         def forward(self, tokens):
-            return self.emb(tokens.long()) * 2.0
+            return self.emb(getattr(tokens, widen)()) * 2.0
 
     torch.manual_seed(0)
-    model = ByteEmbedding()
-    tokens = torch.randint(0, 256, (4, 9), dtype=torch.uint8)
+    model = TokenEmbedding()
+    tokens = torch.randint(0, 128, (4, 9)).to(getattr(torch, ids_dtype))
     with torch.no_grad():
         got = compiled(model, fallback=False)(tokens)
         want = model(tokens)
