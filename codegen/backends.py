@@ -64,8 +64,8 @@ class Runtime:
     # cuBLAS take bfloat16 from Ampere, 8.0, on); absent: any the runtime builds for.
     min_capability: dict[str, tuple[int, int]] = field(default_factory=dict)
     # What its libraries read from the environment once, when loaded: the package sets these
-    # only while the runtime loads (templates/common/package.py.j2), and none of them when the
-    # user set any variable of `load_choices` (a choice of their own).
+    # only while the runtime loads (templates/common/package.py.j2): none the user set, and
+    # none of `load_choices` when the user set any of them (a choice of their own).
     load_environment: dict[str, str] = field(default_factory=dict)
     load_choices: tuple[str, ...] = ()
     # For a runtime whose kernels declare no dtypes: the ops that take integer or bool tensors
@@ -157,15 +157,22 @@ MIXED_OPS: frozenset[str] = frozenset({
 # 67 ms); 300 spins were too few (151 ms), more than 1,000 gained little. libgomp's own default
 # (300,000, ~4 ms) holds a core that a co-running lane or another process needs long after the
 # step has moved on (bench/bench_under_load.py; bench/RESULTS.md, "The executor's wait policy").
-CPU_LOAD_ENVIRONMENT = {"GOMP_SPINCOUNT": "3000"}
+# OPENBLAS_NUM_THREADS=1: the LAPACK wheel's OpenBLAS (pthreads) starts no thread pool of its
+# own. The kernels call it one thread per call from their teams (openblas_set_num_threads(1),
+# kernels/lapack.cpp, matmul_f64.cpp), yet with the pool alive every op of a float64 MLP's
+# trainer step took ~6 ms, Tanh and dgemm alike, against ~1 ms without it (1024 x 128 layers,
+# 2-core Xeon: the step 90 -> 27 ms). A user's own OPENBLAS_NUM_THREADS is kept.
+CPU_LOAD_ENVIRONMENT = {"GOMP_SPINCOUNT": "3000", "OPENBLAS_NUM_THREADS": "1"}
 
 RUNTIMES: dict[Backend, Runtime] = {
     "cpu": Runtime("cpu", "CPU", "planner_cpu_rt", TEMPLATES / "cpu" / "runtime",
                    TEMPLATES / "cpu" / "plan",
                    # float32 math, int64 ids and labels, bool masks and conditions (Where,
                    # comparisons), integer arithmetic (kernels/integer.cpp), int16, int8 and
-                   # uint8 storage (casts, the integer kernels)
-                   frozenset({"float32", "int64", "int32", "bool", "int16", "int8", "uint8"}),
+                   # uint8 storage (casts, the integer kernels, embedding ids), float64 where a
+                   # kernel declares it (a float64 MLP's step: docs/executor.md, "dtypes")
+                   frozenset({"float32", "float64", "int64", "int32", "bool", "int16", "int8",
+                              "uint8"}),
                    # oneDNN bf16 / f16 primitives (a float32 fallback where the ISA has none)
                    frozenset({"bfloat16", "float16"}), MIXED_OPS,
                    load_environment=CPU_LOAD_ENVIRONMENT,

@@ -38,8 +38,12 @@ OUT = TEMPLATES / "cpu" / "runtime" / "kernels" / "pointwise_table.cpp"
 # generates from the same formulas.
 OUT_CUDA = TEMPLATES / "cuda" / "runtime" / "kernels" / "pointwise_table.cu"
 
-CTYPES = {"float32": "float", "int64": "int64_t", "int32": "int32_t", "bool": "bool"}
-CODES = {"float32": "f", "int64": "l", "int32": "i", "bool": "?"}  # pointwise_family.h's
+CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
+          "bool": "bool"}
+# pointwise_family.h's signature codes
+CODES = {"float32": "f", "float64": "d", "int64": "l", "int32": "i", "bool": "?"}
+# The float types' C type and literal suffix (float64: the CPU's twins of float32 rows).
+FLOAT_CTYPES = {"float32": ("float", "f"), "float64": ("double", "")}
 # C++ for the C library functions of LIBM that are not std::<name> (lgamma's glibc form keeps
 # the sign in a local, not the global signgam, which the team's threads would race on).
 _SPECIAL = {"lgamma": "planner_lgamma"}
@@ -103,14 +107,15 @@ def literal(v, dtype: str) -> CExpr:
         return v
     if dtype == "bool":
         return CExpr("true" if v else "false", "bool")
-    if dtype == "float32":
+    if dtype in FLOAT_CTYPES:
+        ctype, suffix = FLOAT_CTYPES[dtype]
         v = float(v)
         if math.isnan(v):
-            return CExpr("std::numeric_limits<float>::quiet_NaN()", dtype)
+            return CExpr(f"std::numeric_limits<{ctype}>::quiet_NaN()", dtype)
         if math.isinf(v):
             sign = "-" if v < 0 else ""
-            return CExpr(f"({sign}std::numeric_limits<float>::infinity())", dtype)
-        return CExpr(f"{v!r}f", dtype)
+            return CExpr(f"({sign}std::numeric_limits<{ctype}>::infinity())", dtype)
+        return CExpr(f"{v!r}{suffix}", dtype)
     if float(v) != int(v):
         raise ValueError(f"constant {v!r} in an {dtype} formula")
     return CExpr(f"{CTYPES[dtype]}{{{int(v)}}}", dtype)
@@ -141,7 +146,7 @@ class CppMath:
         return self.body.bind(f"!{literal(a, 'bool').text}", "bool")
 
     def _pred(self, name: str, x) -> CExpr:
-        if x.dtype != "float32":  # an integer or bool is finite, never NaN
+        if x.dtype not in FLOAT_CTYPES:  # an integer or bool is finite, never NaN
             return literal(name == "isfinite", "bool")
         return self.body.bind(f"std::{name}({x.text})", "bool")
 
@@ -188,10 +193,18 @@ def functor_body(row: Row, ins: tuple[str, ...], out: str) -> str:
 
 
 def _signatures(row: Row) -> list[tuple[tuple[str, ...], str]]:
+    """The row's kernel signatures, and on the CPU a float64 one where the row takes float64
+    and its formula calls only the C library's own functions (special_math.h's and lgamma's
+    are float-only): a float64 model's Sin, Cos, Square ... (docs/executor.md, "dtypes")."""
     out = []
     for sig in row.signatures():
         ins, outs = sig.split("->")
         out.append((tuple(ins.split(",")), outs))
+    if "float64" in row.dtypes:
+        ins = ("float64",) * row.arity
+        out_dtype = row.out_dtype("float64")
+        if "planner_" not in functor_body(row, ins, out_dtype):
+            out.append((ins, out_dtype))
     return out
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.dtypes import INTEGER_DTYPES
 from planner.ops.base import (
     Attr,
     Attrs,
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 
 def _require_ids(op: str, ids: TensorType) -> None:
-    if not ids.dtype.startswith("int"):
-        raise OpError(f"{op}: ids must be an integer tensor (int64), got {ids.dtype}")
+    if ids.dtype not in INTEGER_DTYPES:
+        raise OpError(f"{op}: ids must be an integer tensor (int64, int32, int16, int8 or "
+                      f"uint8), got {ids.dtype}")
 
 
 def _check_range(op: str, ids: np.ndarray, num_embeddings: int) -> None:

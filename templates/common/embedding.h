@@ -14,10 +14,12 @@ struct EmbeddingRows {
   int64_t vocab, width, count;
 };
 
-// Embedding [table (V, D), ids] -> y. N: a backend's kernel-factory Node.
+// Embedding [table (V, D), ids] -> y. N: a backend's kernel-factory Node. `wide` (the CPU's
+// kernels): a float64 table too, and ids of any integer type (their own kernel checks which).
 template <class N>
-EmbeddingRows embedding_rows(const N& n) {
-  if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
+EmbeddingRows embedding_rows(const N& n, bool wide = false) {
+  const bool table = n.in[0].dtype == F32 || (wide && n.in[0].dtype == F64);
+  if (!table || (!wide && n.in[1].dtype != I64) || n.out[0].dtype != n.in[0].dtype)
     throw std::runtime_error("Embedding takes a float32 table and int64 ids");
   if (n.in[0].shape.size() != 2) throw std::runtime_error("Embedding: the table must be (V, D)");
   return {n.in[0].shape[0], n.in[0].shape[1], n.in[1].size()};
@@ -25,8 +27,9 @@ EmbeddingRows embedding_rows(const N& n) {
 
 // EmbeddingGrad [ids, dy] num_embeddings -> dtable (V, D).
 template <class N>
-EmbeddingRows embedding_grad_rows(const N& n) {
-  if (n.in[0].dtype != I64 || n.in[1].dtype != F32 || n.out[0].dtype != F32)
+EmbeddingRows embedding_grad_rows(const N& n, bool wide = false) {
+  const bool dy = n.in[1].dtype == F32 || (wide && n.in[1].dtype == F64);
+  if ((!wide && n.in[0].dtype != I64) || !dy || n.out[0].dtype != n.in[1].dtype)
     throw std::runtime_error("EmbeddingGrad takes int64 ids and a float32 dy");
   const Shape& table = n.out[0].shape;
   const EmbeddingRows r{n.attrs.i("num_embeddings"), table.size() == 2 ? table[1] : 0,

@@ -1,6 +1,6 @@
 // The dtypes a Cast converts between with a plain loop on either backend (comparisons' masks,
 // integer ids, PyTorch's .to()): float32, int64, int32 and bool; with kStorage (the CPU's) the
-// storage integers int16, int8 and uint8 too.
+// storage integers int16, int8 and uint8 and float64 too.
 #pragma once
 #include <cstdint>
 
@@ -23,6 +23,7 @@ bool with_plain_dtype(int dtype, F&& f) {
       case I16: f(int16_t{}); return true;
       case I8: f(int8_t{}); return true;
       case U8: f(uint8_t{}); return true;
+      case F64: f(double{}); return true;
     }
   }
   return false;

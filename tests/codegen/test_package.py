@@ -147,6 +147,29 @@ def test_loading_never_replaces_a_module_the_process_imported(tmp_path):
     assert sys.modules["json"] is json
 
 
+@pytest.mark.parametrize("user", [None, "2"])
+def test_the_lapack_library_starts_no_thread_pool_unless_the_user_asks(mlp_module, user):
+    """The runtime's OpenBLAS (the LAPACK wheel's, which the float64 MatMul's dgemm comes from)
+    loads with OPENBLAS_NUM_THREADS=1, so it starts no thread pool (codegen/backends.py: with
+    one, every op of a float64 step ran ~6x slower), unless the user set their own; the
+    variable is gone from os.environ after the load."""
+    from pathlib import Path
+
+    folder = Path(mlp_module.__file__).parent
+    script = ("import ctypes, os, sys; from codegen.load import load; load(sys.argv[1]); "
+              "from codegen.lapack import lapack; found = lapack(); "
+              "lib = ctypes.CDLL(str(found.library)); "
+              "print(getattr(lib, found.prefix + 'openblas_get_num_threads')(), "
+              "os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user:
+        env["OPENBLAS_NUM_THREADS"] = user
+    run = subprocess.run([sys.executable, "-c", script, str(folder)], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    threads = min(int(user), os.cpu_count() or 1) if user else 1
+    assert run.stdout.split() == [str(threads), str(user)]
+
+
 @pytest.mark.parametrize("user", [{}, {"OMP_WAIT_POLICY": "passive"}, {"GOMP_SPINCOUNT": "7"}])
 def test_the_runtime_spins_briefly_without_leaving_it_in_the_environment(mlp_module, user):
     """The package loads its OpenMP with workers spinning 3,000 times before they sleep

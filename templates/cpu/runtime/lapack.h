@@ -1,4 +1,4 @@
-// LAPACK in float32 from the scipy-openblas32 wheel, which codegen/build.py finds and links (a
+// LAPACK in float32 (and BLAS's dgemm) from the scipy-openblas32 wheel, which codegen/build.py finds and links (a
 // declared dependency of the planner, as oneDNN is). Its symbols carry the wheel's prefix
 // (PLANNER_LAPACK_PREFIX, `scipy_`, so that they never bind to numpy's or torch's own copies)
 // and Fortran's trailing underscore; each character argument has a hidden length at the end
@@ -40,7 +40,9 @@ void PLANNER_LAPACK(ssytrf)(const char* uplo, const int* n, float* a, const int*
 void PLANNER_LAPACK(ssytrs)(const char* uplo, const int* n, const int* nrhs, const float* a,
                             const int* lda, const int* ipiv, float* b, const int* ldb,
                             int* info, size_t uplo_len);
-// float64, for MatrixExp's Padé approximant (computed wide, rounded once)
+// float64: BLAS's GEMM (the float64 MatMul, kernels/matmul_f64.cpp: oneDNN 3.2's CPU matmul
+// has no f64; C = alpha op(A) op(B) + beta C, column-major) and the LU solve of MatrixExp's Padé
+// approximant (computed wide, rounded once)
 void PLANNER_LAPACK(dgemm)(const char* transa, const char* transb, const int* m, const int* n,
                            const int* k, const double* alpha, const double* a, const int* lda,
                            const double* b, const int* ldb, const double* beta, double* c,

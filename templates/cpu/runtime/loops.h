@@ -119,6 +119,19 @@ class Map2 : public Kernel {
 
 template <class F> KernelPtr map1(const Node& n, F f) { return std::make_unique<Map1<F>>(n, f); }
 template <class F> KernelPtr map2(const Node& n, F f) { return std::make_unique<Map2<F>>(n, f); }
+// float64 (every tensor of the node): the same loops on doubles, for the float64 kernels.
+inline bool all_f64(const Node& n) {
+  for (const auto* side : {&n.in, &n.out})
+    for (const TensorRef& t : *side)
+      if (t.dtype != F64) return false;
+  return true;
+}
+template <class F> KernelPtr map1_f64(const Node& n, F f) {
+  return std::make_unique<Map1<F, double>>(n, f);
+}
+template <class F> KernelPtr map2_f64(const Node& n, F f) {
+  return std::make_unique<Map2<F, double>>(n, f);
+}
 template <class F> KernelPtr map1_bits(const Node& n, F f) {
   return std::make_unique<Map1<F, uint16_t>>(n, f);
 }

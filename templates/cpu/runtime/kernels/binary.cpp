@@ -2,6 +2,8 @@
 // primitives (a float32 AddN of 2 to 4 inputs, and an Add or AddN with a folded Relu or
 // ReluGrad: a plain loop). oneDNN broadcasts only the second source, so an op whose first input
 // is the broadcast one swaps its inputs when it commutes, and otherwise runs a plain loop.
+// float64 (oneDNN 3.2's binary and sum have no f64): the broadcasting loop in double, BiasAdd
+// and AddN loops in double.
 #include <omp.h>
 
 #include <cstring>
@@ -197,6 +199,7 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   size_t r = y.size();
   if (is_integer(n.in[0].dtype) && op != '/')  // kernels/integer.cpp: wrapping arithmetic
     return int_elementwise(n, op == '+' ? IntOp::Add : op == '-' ? IntOp::Sub : IntOp::Mul);
+  if (all_f64(n)) return std::make_unique<BroadcastLoop<double>>(n, op);
   const bool low = (n.in[0].dtype == BF16 || n.in[0].dtype == F16) &&
                    n.in[1].dtype == n.in[0].dtype && n.out[0].dtype == n.in[0].dtype;
   if (low && padded(n.in[0].shape, r) == y && padded(n.in[1].shape, r) == y)
@@ -320,6 +323,59 @@ KernelPtr sub(const Node& n) { return binary(n, dnnl::algorithm::binary_sub, '-'
 KernelPtr mul(const Node& n) { return binary(n, dnnl::algorithm::binary_mul, '*', true); }
 KernelPtr div(const Node& n) { return binary(n, dnnl::algorithm::binary_div, '/', false); }
 
+// float64: y[o, c, i] = x[o, c, i] + b[c] along `axis`.
+class BiasAddF64 : public Kernel {
+ public:
+  explicit BiasAddF64(const Node& n) : x_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
+    const AxisSplit a = axis_split(n.attrs, n.in[0].shape);
+    outer_ = a.outer;
+    channels_ = a.extent;
+    inner_ = a.inner;
+  }
+  void run(const Run& r) override {
+    const double* x = r.at<double>(x_);
+    const double* b = r.at<double>(b_);
+    double* y = r.at<double>(y_);
+    const int64_t rows = outer_ * channels_, c = channels_, inner = inner_;
+#pragma omp parallel for schedule(static) if(rows * inner >= kGrain)
+    for (int64_t row = 0; row < rows; ++row) {
+      const double bias = b[row % c];
+#pragma omp simd
+      for (int64_t i = 0; i < inner; ++i) y[row * inner + i] = x[row * inner + i] + bias;
+    }
+  }
+
+ private:
+  int x_, b_, y_;
+  int64_t outer_ = 1, channels_ = 1, inner_ = 1;
+};
+
+// float64 AddN: y = x1 + x2 + ... in input order (the reference's rounding).
+class AddNF64 : public Kernel {
+ public:
+  explicit AddNF64(const Node& n) : y_(n.out[0].id), size_(n.out[0].size()) {
+    for (const TensorRef& t : n.in) xs_.push_back(t.id);
+  }
+  void run(const Run& r) override {
+    std::vector<const double*> x;
+    for (int id : xs_) x.push_back(r.at<double>(id));
+    double* y = r.at<double>(y_);
+    const int64_t size = size_;
+    const size_t terms = x.size();
+#pragma omp parallel for schedule(static) if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) {
+      double s = x[0][i];
+      for (size_t k = 1; k < terms; ++k) s += x[k][i];
+      y[i] = s;
+    }
+  }
+
+ private:
+  int y_;
+  int64_t size_;
+  std::vector<int> xs_;
+};
+
 // y = x + b along `axis`: a binary add whose second source is b viewed as [1, .., C, .., 1].
 KernelPtr bias_add_any(const Node& n) {
   const Shape& x = n.in[0].shape;
@@ -361,19 +417,23 @@ KernelPtr add_n(const Node& n) {
   }
   if (same_size_f32(n) && n.in.size() > 1 && n.in.size() <= 4)
     return std::make_unique<SumLoop>(n, SumEnd::kNone);
+  if (all_f64(n)) return std::make_unique<AddNF64>(n);
   return native_or_widened(n, add_n_any);
 }
-KernelPtr bias_add(const Node& n) { return native_or_widened(n, bias_add_any); }
+KernelPtr bias_add(const Node& n) {
+  if (all_f64(n)) return std::make_unique<BiasAddF64>(n);
+  return native_or_widened(n, bias_add_any);
+}
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(binary) {
-  r["Add"] = {add, "float32|int64|int32|int16|int8|uint8"};
-  r["Sub"] = {sub, "float32|int64|int32|int16|int8|uint8"};
-  r["Mul"] = {mul, "float32|int64|int32|int16|int8|uint8"};
-  r["Div"] = div;
-  r["BiasAdd"] = bias_add;
-  r["AddN"] = add_n;
+  r["Add"] = {add, "float32|float64|int64|int32|int16|int8|uint8"};
+  r["Sub"] = {sub, "float32|float64|int64|int32|int16|int8|uint8"};
+  r["Mul"] = {mul, "float32|float64|int64|int32|int16|int8|uint8"};
+  r["Div"] = {div, "float32|float64"};
+  r["BiasAdd"] = {bias_add, "float32|float64"};
+  r["AddN"] = {add_n, "float32|float64"};
 }
 
 }  // namespace planner

@@ -1,7 +1,7 @@
 // Cast: one oneDNN reorder between two plain layouts of different data types (float32 <->
 // bfloat16 / float16), rounding to nearest even as the numpy reference (ml_dtypes) does.
 // oneDNN's reorders convert these types on every x86-64 CPU, AVX2 ones included. Between
-// float32, int64, int32, bool, int16, int8 and uint8 (comparisons' masks, integer ids,
+// float32, float64, int64, int32, bool, int16, int8 and uint8 (comparisons' masks, integer ids,
 // PyTorch's .to()) a plain loop, as numpy's astype: an integer rounds to the nearest float32, a
 // float truncates toward zero, anything is true where non-zero (NaN too), a bool is 0 or 1. (oneDNN has no 64-bit
 // integers, and its reorder to int32 rounds rather than truncates.) A low float to or from an

@@ -8,6 +8,8 @@
 // cancellation for x << 0), the tanh form's 1 + tanh(u) as 2 sigmoid(2u); x = +inf gives +inf,
 // -inf and NaN give NaN, GeluGrad NaN at both infinities (inf * 0), as the reference. Other
 // dtypes (mixed precision) keep oneDNN's eltwise, non-finite inputs fixed after it.
+// float64 (oneDNN 3.2's eltwise has no f64): plain loops in double, each PyTorch's CPU formula
+// (Tanh, Sigmoid, their gradients from y, Neg, Scale, Sqrt, Abs, Gelu and GeluGrad).
 // simdlen(16): g++ -march=native picks 32-byte vectors even on AVX-512; 16 lanes took the
 // (512, 512) erf-form Gelu from 163 to 115 us on one core, GeluGrad from 182 to 132 us
 // (PyTorch: 101 and 195 us); without AVX-512 it is two 8-lane vectors per step.
@@ -53,27 +55,73 @@ KernelPtr eltwise_bwd(const Node& n, alg a, float alpha, bool uses_dst) {
   return k;
 }
 
+// PyTorch's float64 Gelu and GeluGrad (aten's GeluKernel): x Phi(x) by erf, or the tanh form.
+constexpr double kSqrtHalf64 = 0.70710678118654752440;
+constexpr double kGeluBeta64 = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluPdf64 = 0.39894228040143267794;   // 1 / sqrt(2 pi)
+constexpr double kGeluKappa64 = 0.044715;
+
+KernelPtr gelu_f64(const Node& n, bool tanh_form) {
+  if (tanh_form)
+    return map1_f64(n, [](double x) {
+      return 0.5 * x * (1.0 + std::tanh(kGeluBeta64 * (x + kGeluKappa64 * x * x * x)));
+    });
+  return map1_f64(n, [](double x) { return x * 0.5 * (1.0 + std::erf(x * kSqrtHalf64)); });
+}
+
+KernelPtr gelu_grad_f64(const Node& n, bool tanh_form) {
+  if (tanh_form)
+    return map2_f64(n, [](double dy, double x) {
+      const double t = std::tanh(kGeluBeta64 * (x + kGeluKappa64 * x * x * x));
+      const double left = 0.5 * x, right = 1.0 + t;
+      const double inner = kGeluBeta64 * (1.0 + 3.0 * kGeluKappa64 * x * x);
+      return dy * (0.5 * right + left * (1.0 - t * t) * inner);
+    });
+  return map2_f64(n, [](double dy, double x) {
+    const double cdf = 0.5 * (1.0 + std::erf(x * kSqrtHalf64));
+    return dy * (cdf + x * std::exp(-0.5 * x * x) * kGeluPdf64);
+  });
+}
+
 KernelPtr leaky_relu(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_relu, static_cast<float>(n.attrs.f("alpha")), 0.f);
 }
-KernelPtr tanh_(const Node& n) { return eltwise_fwd(n, alg::eltwise_tanh, 0.f, 0.f); }
-KernelPtr sigmoid(const Node& n) { return eltwise_fwd(n, alg::eltwise_logistic, 0.f, 0.f); }
+KernelPtr tanh_(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return std::tanh(x); });
+  return eltwise_fwd(n, alg::eltwise_tanh, 0.f, 0.f);
+}
+KernelPtr sigmoid(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return 1.0 / (1.0 + std::exp(-x)); });
+  return eltwise_fwd(n, alg::eltwise_logistic, 0.f, 0.f);
+}
 KernelPtr neg(const Node& n) {
   if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Neg);
+  if (all_f64(n)) return map1_f64(n, [](double x) { return -x; });
   return eltwise_fwd(n, alg::eltwise_linear, -1.f, 0.f);
 }
 KernelPtr scale(const Node& n) {
-  return eltwise_fwd(n, alg::eltwise_linear, static_cast<float>(n.attrs.f("factor")), 0.f);
+  const double factor = n.attrs.f("factor");
+  if (all_f64(n)) return map1_f64(n, [factor](double x) { return factor * x; });
+  return eltwise_fwd(n, alg::eltwise_linear, static_cast<float>(factor), 0.f);
 }
 
-KernelPtr tanh_grad(const Node& n) { return eltwise_bwd(n, alg::eltwise_tanh_use_dst_for_bwd, 0.f, true); }
+// [dy, y]: torch's tanh_backward dy (1 - y^2) and sigmoid_backward dy (1 - y) y in float64.
+KernelPtr tanh_grad(const Node& n) {
+  if (all_f64(n)) return map2_f64(n, [](double dy, double y) { return dy * (1.0 - y * y); });
+  return eltwise_bwd(n, alg::eltwise_tanh_use_dst_for_bwd, 0.f, true);
+}
 KernelPtr sigmoid_grad(const Node& n) {
+  if (all_f64(n)) return map2_f64(n, [](double dy, double y) { return dy * (1.0 - y) * y; });
   return eltwise_bwd(n, alg::eltwise_logistic_use_dst_for_bwd, 0.f, true);
 }
 
-KernelPtr sqrt_(const Node& n) { return eltwise_fwd(n, alg::eltwise_sqrt, 0.f, 0.f); }
+KernelPtr sqrt_(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return std::sqrt(x); });
+  return eltwise_fwd(n, alg::eltwise_sqrt, 0.f, 0.f);
+}
 KernelPtr abs_(const Node& n) {
   if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Abs);
+  if (all_f64(n)) return map1_f64(n, [](double x) { return std::fabs(x); });
   return eltwise_fwd(n, alg::eltwise_abs, 0.f, 0.f);
 }
 KernelPtr softplus(const Node& n) { return eltwise_fwd(n, alg::eltwise_soft_relu, 1.f, 0.f); }
@@ -215,10 +263,12 @@ bool all_f32(const Node& n) {
 }
 
 KernelPtr gelu(const Node& n) {
+  if (all_f64(n)) return gelu_f64(n, gelu_alg(n) == alg::eltwise_gelu_tanh);
   if (all_f32(n)) return std::make_unique<Gelu>(n);
   return std::make_unique<DnnlGelu>(n);
 }
 KernelPtr gelu_grad(const Node& n) {
+  if (all_f64(n)) return gelu_grad_f64(n, gelu_alg(n) == alg::eltwise_gelu_tanh);
   if (all_f32(n)) return std::make_unique<GeluGrad>(n);
   return eltwise_bwd(n, gelu_alg(n), 0.f, false);
 }
@@ -277,19 +327,19 @@ KernelPtr softmax_grad(const Node& n) {
 
 PLANNER_REGISTER_KERNELS(eltwise) {
   r["LeakyRelu"] = leaky_relu;
-  r["Tanh"] = tanh_;
-  r["Sigmoid"] = sigmoid;
-  r["Neg"] = {neg, "float32|int64|int32|int16|int8|uint8"};
-  r["Scale"] = scale;
-  r["TanhGrad"] = tanh_grad;
-  r["SigmoidGrad"] = sigmoid_grad;
+  r["Tanh"] = {tanh_, "float32|float64"};
+  r["Sigmoid"] = {sigmoid, "float32|float64"};
+  r["Neg"] = {neg, "float32|float64|int64|int32|int16|int8|uint8"};
+  r["Scale"] = {scale, "float32|float64"};
+  r["TanhGrad"] = {tanh_grad, "float32|float64"};
+  r["SigmoidGrad"] = {sigmoid_grad, "float32|float64"};
   r["SoftmaxGrad"] = softmax_grad;
-  r["Sqrt"] = sqrt_;
-  r["Abs"] = {abs_, "float32|int64|int32|int16|int8|uint8"};
+  r["Sqrt"] = {sqrt_, "float32|float64"};
+  r["Abs"] = {abs_, "float32|float64|int64|int32|int16|int8|uint8"};
   r["Softplus"] = softplus;
   r["Elu"] = elu;
-  r["Gelu"] = gelu;
-  r["GeluGrad"] = gelu_grad;
+  r["Gelu"] = {gelu, "float32|float64"};
+  r["GeluGrad"] = {gelu_grad, "float32|float64"};
 }
 
 }  // namespace planner

@@ -4,7 +4,7 @@
 //       `axis`, labels equal to ignore_index skipped, label_smoothing; mean over the counted
 //   SigmoidBCE [z, t]      mean(max(z,0) - z t + log1p(exp(-|z|)))
 //   MSE [p, t]             mean((p - t)^2)
-// and *Grad [dloss, ...] -> d(first input).
+// and *Grad [dloss, ...] -> d(first input). MSE and MSEGrad also run in float64 (MseF64).
 // With the classes last, SoftmaxCrossEntropyGrad's softmax is oneDNN's (vectorized; a scalar
 // exp loop in double took 40% of a small GPT's step), then one pass per row subtracts the
 // label and the smoothing and scales; a row holding NaN or +inf, or only -inf, becomes NaN, as
@@ -234,9 +234,42 @@ class PairLoss : public Kernel {
   int x_, t_, dloss_, out_;
 };
 
+// float64 MSE: the sum of (p - t)^2 in parts (loops.h, the same bits on any thread count) over
+// the count; MSEGrad as torch's mse_loss_backward, (2 / size) (p - t) dloss.
+class MseF64 : public Kernel {
+ public:
+  explicit MseF64(const Node& n)
+      : grad_(n.in.size() == 3), size_(n.in[grad_ ? 1 : 0].size()),
+        x_(n.in[grad_ ? 1 : 0].id), t_(n.in[grad_ ? 2 : 1].id), dloss_(grad_ ? n.in[0].id : -1),
+        out_(n.out[0].id) {}
+  void run(const Run& r) override {
+    const double* x = r.at<double>(x_);
+    const double* t = r.at<double>(t_);
+    const int64_t size = size_;
+    const double count = static_cast<double>(std::max<int64_t>(size, 1));
+    if (!grad_) {
+      *r.at<double>(out_) =
+          sum_in_parts(size, [&](int64_t i) { return (x[i] - t[i]) * (x[i] - t[i]); }) / count;
+      return;
+    }
+    const double norm = 2.0 / count, dloss = *r.at<double>(dloss_);
+    double* dx = r.at<double>(out_);
+#pragma omp parallel for if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) dx[i] = norm * (x[i] - t[i]) * dloss;
+  }
+
+ private:
+  bool grad_;
+  int64_t size_;
+  int x_, t_, dloss_, out_;
+};
+
 KernelPtr sce(const Node& n) { return std::make_unique<SoftmaxCrossEntropy>(n); }
 KernelPtr bce(const Node& n) { return std::make_unique<PairLoss>(n, 'b'); }
-KernelPtr mse(const Node& n) { return std::make_unique<PairLoss>(n, 'm'); }
+KernelPtr mse(const Node& n) {
+  if (all_f64(n)) return std::make_unique<MseF64>(n);
+  return std::make_unique<PairLoss>(n, 'm');
+}
 
 }  // namespace
 
@@ -245,8 +278,8 @@ PLANNER_REGISTER_KERNELS(loss) {
   r["SoftmaxCrossEntropyGrad"] = sce;
   r["SigmoidBCE"] = bce;
   r["SigmoidBCEGrad"] = bce;
-  r["MSE"] = mse;
-  r["MSEGrad"] = mse;
+  r["MSE"] = {mse, "float32|float64"};
+  r["MSEGrad"] = {mse, "float32|float64"};
 }
 
 }  // namespace planner

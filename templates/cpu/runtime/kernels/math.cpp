@@ -3,7 +3,8 @@
 // hiding a diverged run), LeakyReluGrad, Exp (oneDNN's gives inf for NaN), Log (oneDNN's is
 // ~10x torch's float32 error), EluGrad, Sign, Selu,
 // SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is the reference's formula element by
-// element, in float. Relu and ReluGrad also take bfloat16 / float16 tensors (widened()).
+// element, in float. Relu and ReluGrad also take bfloat16 / float16 tensors (widened()); Relu,
+// ReluGrad, Exp and Log float64 ones (the same rules in double).
 #include <cmath>
 #include <limits>
 
@@ -37,6 +38,7 @@ uint16_t low_nan(const Node& n) {
 }
 
 KernelPtr relu(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return x > 0.0 || x != x ? x : 0.0; });
   if (const uint16_t nan = low_nan(n))  // x <= 0 (not NaN) -> +0
     return map1_bits(n, [nan](uint16_t x) -> uint16_t {
       return (x & 0x8000) && (x & 0x7fff) < nan ? 0 : x;
@@ -45,6 +47,7 @@ KernelPtr relu(const Node& n) {
 }
 
 KernelPtr relu_grad(const Node& n) {
+  if (all_f64(n)) return map2_f64(n, [](double dy, double y) { return y <= 0.0 ? 0.0 : dy; });
   if (const uint16_t nan = low_nan(n))  // not y <= 0: a NaN, or sign clear and not zero
     return map2_bits(n, [nan](uint16_t dy, uint16_t y) -> uint16_t {
       return (y & 0x7fff) >= nan || (!(y & 0x8000) && y != 0) ? dy : 0;
@@ -57,10 +60,16 @@ KernelPtr leaky_relu_grad(const Node& n) {
   return map2(n, [a](float dy, float x) { return x > 0.f ? dy : dy * a; });
 }
 
-KernelPtr exp_(const Node& n) { return map1(n, [](float x) { return std::exp(x); }); }
+KernelPtr exp_(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return std::exp(x); });
+  return map1(n, [](float x) { return std::exp(x); });
+}
 // libm's logf (under 1 ulp, as torch's): oneDNN's eltwise_log is ~10x torch's float32 error,
 // which kl_div's t log t and its target gradient carried whole.
-KernelPtr log_(const Node& n) { return map1(n, [](float x) { return std::log(x); }); }
+KernelPtr log_(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return std::log(x); });
+  return map1(n, [](float x) { return std::log(x); });
+}
 
 KernelPtr elu_grad(const Node& n) {
   const float a = static_cast<float>(n.attrs.f("alpha"));
@@ -151,11 +160,11 @@ KernelPtr causal_mask(const Node& n) { return std::make_unique<CausalMask>(n); }
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(math) {
-  r["Relu"] = relu;
-  r["ReluGrad"] = relu_grad;
+  r["Relu"] = {relu, "float32|float64"};
+  r["ReluGrad"] = {relu_grad, "float32|float64"};
   r["LeakyReluGrad"] = leaky_relu_grad;
-  r["Exp"] = exp_;
-  r["Log"] = log_;
+  r["Exp"] = {exp_, "float32|float64"};
+  r["Log"] = {log_, "float32|float64"};
   r["EluGrad"] = elu_grad;
   r["Sign"] = sign;
   r["Selu"] = selu;

@@ -25,6 +25,7 @@
 #include "../dnnl_kernel.h"
 #include "../fused_relu.h"
 #include "../weight_packs.h"
+#include "matmul_f64.h"
 
 namespace planner {
 namespace {
@@ -197,13 +198,15 @@ KernelPtr matmul_product(const Node& n) {
   return k;
 }
 
-// y = act(op(a) @ op(b) + bias): the GEMM, then its folded activation.
+// y = act(op(a) @ op(b) + bias): the GEMM, then its folded activation; float64: BLAS's dgemm
+// (matmul_f64.cpp).
 KernelPtr matmul(const Node& n) {
+  if (n.out[0].dtype == F64) return matmul_f64(n);
   return with_fused_activation(matmul_product(n), n, "MatMul");
 }
 
 }  // namespace
 
-PLANNER_REGISTER_KERNELS(matmul) { r["MatMul"] = matmul; }
+PLANNER_REGISTER_KERNELS(matmul) { r["MatMul"] = {matmul, "float32|float64"}; }
 
 }  // namespace planner

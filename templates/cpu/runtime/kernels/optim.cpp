@@ -12,12 +12,17 @@
 //   AccumulateGrad [s, g, k]   g / K on an optimizer step's first micro-batch, else s + g / K
 //   ScheduledLR [lr, t]        lr * factor(t): a recorded learning-rate schedule
 // Updates run in place: the plan gives p' the bytes of p (and v' of v, ...).
+// float64 parameters (SGD, ApplyMomentum, ApplyAdam: UpdateF64) update in double, each as
+// torch.optim's single-tensor loop computes it (Adam's bias corrections from the step count
+// in double; its m as the reference's sum, not torch's lerp), the hyperparameter attrs read as doubles; lr, wd, t and a read
+// momentum stay the step's float32 scalars (docs/executor.md, "dtypes").
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../loops.h"
 #include "lr_schedule.h"
@@ -117,6 +122,108 @@ class Adam : public Kernel {
   int k_, read_;
   int64_t size_;
   int p_, g_, m_, v_, vmax_, t_, b1_, lr_, wd_, p_out_, m_out_, v_out_, vmax_out_;
+};
+
+// SGD, ApplyMomentum or ApplyAdam of a float64 parameter (its gradient and state float64 too).
+class UpdateF64 : public Kernel {
+ public:
+  UpdateF64(const Node& n, char kind) : kind_(kind), size_(n.in[0].size()) {
+    const auto f = [&n](const char* key, double otherwise) {
+      return n.attrs.has(key) ? n.attrs.f(key) : otherwise;
+    };
+    const auto b = [&n](const char* key) { return n.attrs.has(key) && n.attrs.b(key); };
+    momentum_ = f("momentum", 0.9);
+    dampening_ = f("dampening", 0.0);
+    beta1_ = f("beta1", 0.9);
+    beta2_ = f("beta2", 0.999);
+    epsilon_ = f("epsilon", 1e-8);
+    nesterov_ = b("nesterov");
+    decoupled_ = b("decoupled");
+    amsgrad_ = b("amsgrad");
+    const bool read = momentum_input(n), counted = kind == 'a' || dampening_ != 0.0;
+    const size_t slots = kind == 's' ? 0 : kind == 'm' ? 1 : amsgrad_ ? 3 : 2;
+    if (n.in.size() != 4 + slots + (counted ? 1 : 0) + (read ? 1 : 0) || n.out.size() != 1 + slots)
+      throw std::runtime_error(std::string(kind == 's' ? "SGD" : kind == 'm' ? "ApplyMomentum"
+                                                                            : "ApplyAdam") +
+                               ": wrong number of inputs or outputs for its attributes");
+    for (size_t k = 0; k < 2 + slots; ++k) in_.push_back(n.in[k].id);
+    for (size_t k = 0; k < 1 + slots; ++k) out_.push_back(n.out[k].id);
+    for (size_t k = 0; k < 2 + slots; ++k)
+      if (n.in[k].dtype != F64) throw std::runtime_error("float64 update: float64 p, g and state");
+    step_ = counted ? n.in[2 + slots].id : -1;
+    read_ = read ? n.in[n.in.size() - 3].id : -1;
+    lr_ = n.in[n.in.size() - 2].id;
+    wd_ = n.in[n.in.size() - 1].id;
+  }
+  void run(const Run& r) override {
+    const double lr = *r.at<float>(lr_), wd = *r.at<float>(wd_);
+    const double t = step_ >= 0 ? *r.at<float>(step_) : 0.0;
+    const double m = read_ >= 0 ? *r.at<float>(read_) : kind_ == 'a' ? beta1_ : momentum_;
+    const double* p = r.at<double>(in_[0]);
+    const double* g = r.at<double>(in_[1]);
+    double* po = r.at<double>(out_[0]);
+    if (kind_ == 's') return sgd(p, g, po, lr, wd);
+    if (kind_ == 'm') return sgd_momentum(p, g, r.at<double>(in_[2]), po, r.at<double>(out_[1]),
+                                          lr, wd, m, t == 1.0);
+    adam(r, p, g, po, lr, wd, m, t);
+  }
+
+ private:
+  void sgd(const double* p, const double* g, double* po, double lr, double wd) const {
+    const int64_t size = size_;
+#pragma omp parallel for if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) po[i] = p[i] - lr * (wd != 0.0 ? g[i] + wd * p[i] : g[i]);
+  }
+  void sgd_momentum(const double* p, const double* g, const double* v, double* po, double* vo,
+                    double lr, double wd, double m, bool first) const {
+    const int64_t size = size_;
+    const double d = dampening_;
+    const bool nesterov = nesterov_, dampened = d != 0.0;
+#pragma omp parallel for if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) {
+      const double gi = wd != 0.0 ? g[i] + wd * p[i] : g[i];
+      const double vn = dampened ? (first ? gi : m * v[i] + (1.0 - d) * gi) : m * v[i] + gi;
+      vo[i] = vn;
+      po[i] = p[i] - lr * (nesterov ? gi + m * vn : vn);
+    }
+  }
+  void adam(const Run& r, const double* p, const double* g, double* po, double lr, double wd,
+            double b1, double t) const {
+    const double* m = r.at<double>(in_[2]);
+    const double* v = r.at<double>(in_[3]);
+    const double* vmax = amsgrad_ ? r.at<double>(in_[4]) : nullptr;
+    double* mo = r.at<double>(out_[1]);
+    double* vo = r.at<double>(out_[2]);
+    double* vmaxo = amsgrad_ ? r.at<double>(out_[3]) : nullptr;
+    const double b2 = beta2_, eps = epsilon_, w = 1.0 - b1;
+    const double step_size = lr / (1.0 - std::pow(b1, t));
+    const double root = std::sqrt(1.0 - std::pow(b2, t));
+    const double shrink = decoupled_ ? 1.0 - lr * wd : 1.0, gwd = decoupled_ ? 0.0 : wd;
+    const int64_t size = size_;
+#pragma omp parallel for if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) {
+      const double gi = gwd != 0.0 ? g[i] + gwd * p[i] : g[i];
+      // beta1 m + (1 - beta1) g, the reference's (and the float32 kernel's) rather than
+      // torch's lerp, m + (1 - beta1)(g - m): an ulp apart, but lerp makes an infinite m NaN
+      const double mn = b1 * m[i] + w * gi;
+      const double vn = v[i] * b2 + (1.0 - b2) * gi * gi;
+      double vd = vn;
+      if (vmax) {
+        vd = (vmax[i] > vn || vmax[i] != vmax[i]) ? vmax[i] : vn;
+        vmaxo[i] = vd;
+      }
+      mo[i] = mn;
+      vo[i] = vn;
+      po[i] = p[i] * shrink + (-step_size * mn) / (std::sqrt(vd) / root + eps);
+    }
+  }
+
+  char kind_;  // 's' SGD, 'm' ApplyMomentum, 'a' ApplyAdam
+  int64_t size_;
+  double momentum_, dampening_, beta1_, beta2_, epsilon_;
+  bool nesterov_, decoupled_, amsgrad_;
+  std::vector<int> in_, out_;
+  int step_ = -1, read_ = -1, lr_ = -1, wd_ = -1;
 };
 
 // Adam's float32 step count or the int64 dropout step.
@@ -226,9 +333,19 @@ class Constant : public Kernel {
   double value_;
 };
 
-KernelPtr sgd(const Node& n) { return std::make_unique<Sgd>(n); }
-KernelPtr momentum(const Node& n) { return std::make_unique<Momentum>(n); }
-KernelPtr adam(const Node& n) { return std::make_unique<Adam>(n); }
+bool f64_update(const Node& n) { return n.in[0].dtype == F64; }
+KernelPtr sgd(const Node& n) {
+  if (f64_update(n)) return std::make_unique<UpdateF64>(n, 's');
+  return std::make_unique<Sgd>(n);
+}
+KernelPtr momentum(const Node& n) {
+  if (f64_update(n)) return std::make_unique<UpdateF64>(n, 'm');
+  return std::make_unique<Momentum>(n);
+}
+KernelPtr adam(const Node& n) {
+  if (f64_update(n)) return std::make_unique<UpdateF64>(n, 'a');
+  return std::make_unique<Adam>(n);
+}
 KernelPtr increment(const Node& n) { return std::make_unique<Increment>(n); }
 KernelPtr accumulate_grad(const Node& n) { return std::make_unique<AccumulateGrad>(n); }
 KernelPtr scheduled_lr(const Node& n) { return std::make_unique<ScheduledLR>(n); }
@@ -238,9 +355,9 @@ KernelPtr zeros(const Node& n) { return std::make_unique<Constant>(n, 0.0); }
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(optim) {
-  r["SGD"] = sgd;
-  r["ApplyMomentum"] = momentum;
-  r["ApplyAdam"] = adam;
+  r["SGD"] = {sgd, "float32|float32,float64"};
+  r["ApplyMomentum"] = {momentum, "float32|float32,float64"};
+  r["ApplyAdam"] = {adam, "float32|float32,float64"};
   r["Increment"] = {increment, "float32|int64"};
   r["AccumulateGrad"] = accumulate_grad;
   r["ScheduledLR"] = scheduled_lr;

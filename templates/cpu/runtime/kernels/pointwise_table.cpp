@@ -25,6 +25,14 @@ struct PwtAcos_f_f {
   }
 };
 
+struct PwtAcos_d_d {
+  explicit PwtAcos_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::acos(x0);
+    return t0;
+  }
+};
+
 struct PwtAcosGrad_ff_f {
   explicit PwtAcosGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -39,10 +47,32 @@ struct PwtAcosGrad_ff_f {
   }
 };
 
+struct PwtAcosGrad_dd_d {
+  explicit PwtAcosGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = 1.0 - x1;
+    const double t1 = 1.0 + x1;
+    const double t2 = t0 * t1;
+    const double t3 = std::sqrt(t2);
+    const double t4 = 1.0 / t3;
+    const double t5 = -t4;
+    const double t6 = x0 * t5;
+    return t6;
+  }
+};
+
 struct PwtAcosh_f_f {
   explicit PwtAcosh_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::acosh(x0);
+    return t0;
+  }
+};
+
+struct PwtAcosh_d_d {
+  explicit PwtAcosh_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::acosh(x0);
     return t0;
   }
 };
@@ -56,6 +86,19 @@ struct PwtAcoshGrad_ff_f {
     const float t3 = std::sqrt(t2);
     const float t4 = 1.0f / t3;
     const float t5 = x0 * t4;
+    return t5;
+  }
+};
+
+struct PwtAcoshGrad_dd_d {
+  explicit PwtAcoshGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 - 1.0;
+    const double t1 = x1 + 1.0;
+    const double t2 = t0 * t1;
+    const double t3 = std::sqrt(t2);
+    const double t4 = 1.0 / t3;
+    const double t5 = x0 * t4;
     return t5;
   }
 };
@@ -126,10 +169,34 @@ struct PwtAnd_bb_b {
   }
 };
 
+struct PwtAnd_dd_b {
+  explicit PwtAnd_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 == 0.0;
+    const bool t1 = !t0;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = t1 || t2;
+    const bool t4 = x1 == 0.0;
+    const bool t5 = !t4;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = t5 || t6;
+    const bool t8 = t3 && t7;
+    return t8;
+  }
+};
+
 struct PwtAsin_f_f {
   explicit PwtAsin_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::asin(x0);
+    return t0;
+  }
+};
+
+struct PwtAsin_d_d {
+  explicit PwtAsin_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::asin(x0);
     return t0;
   }
 };
@@ -147,10 +214,31 @@ struct PwtAsinGrad_ff_f {
   }
 };
 
+struct PwtAsinGrad_dd_d {
+  explicit PwtAsinGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = 1.0 - x1;
+    const double t1 = 1.0 + x1;
+    const double t2 = t0 * t1;
+    const double t3 = std::sqrt(t2);
+    const double t4 = 1.0 / t3;
+    const double t5 = x0 * t4;
+    return t5;
+  }
+};
+
 struct PwtAsinh_f_f {
   explicit PwtAsinh_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::asinh(x0);
+    return t0;
+  }
+};
+
+struct PwtAsinh_d_d {
+  explicit PwtAsinh_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::asinh(x0);
     return t0;
   }
 };
@@ -167,6 +255,18 @@ struct PwtAsinhGrad_ff_f {
   }
 };
 
+struct PwtAsinhGrad_dd_d {
+  explicit PwtAsinhGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 * x1;
+    const double t1 = t0 + 1.0;
+    const double t2 = std::sqrt(t1);
+    const double t3 = 1.0 / t2;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtAtan_f_f {
   explicit PwtAtan_f_f(const Node&) {}
   float operator()(float x0) const {
@@ -175,10 +275,26 @@ struct PwtAtan_f_f {
   }
 };
 
+struct PwtAtan_d_d {
+  explicit PwtAtan_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::atan(x0);
+    return t0;
+  }
+};
+
 struct PwtAtan2_ff_f {
   explicit PwtAtan2_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::atan2(x0, x1);
+    return t0;
+  }
+};
+
+struct PwtAtan2_dd_d {
+  explicit PwtAtan2_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::atan2(x0, x1);
     return t0;
   }
 };
@@ -196,6 +312,23 @@ struct PwtAtan2GradA_fff_f {
     const float t7 = t3 ? 0.0f : t6;
     const float t8 = x2 * t7;
     const float t9 = x0 * t8;
+    return t9;
+  }
+};
+
+struct PwtAtan2GradA_ddd_d {
+  explicit PwtAtan2GradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x1 * x1;
+    const double t1 = x2 * x2;
+    const double t2 = t0 + t1;
+    const bool t3 = t2 == 0.0;
+    const bool t4 = t2 == 0.0;
+    const double t5 = t4 ? 1.0 : t2;
+    const double t6 = 1.0 / t5;
+    const double t7 = t3 ? 0.0 : t6;
+    const double t8 = x2 * t7;
+    const double t9 = x0 * t8;
     return t9;
   }
 };
@@ -218,6 +351,24 @@ struct PwtAtan2GradB_fff_f {
   }
 };
 
+struct PwtAtan2GradB_ddd_d {
+  explicit PwtAtan2GradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = -x1;
+    const double t1 = x1 * x1;
+    const double t2 = x2 * x2;
+    const double t3 = t1 + t2;
+    const bool t4 = t3 == 0.0;
+    const bool t5 = t3 == 0.0;
+    const double t6 = t5 ? 1.0 : t3;
+    const double t7 = 1.0 / t6;
+    const double t8 = t4 ? 0.0 : t7;
+    const double t9 = t0 * t8;
+    const double t10 = x0 * t9;
+    return t10;
+  }
+};
+
 struct PwtAtanGrad_ff_f {
   explicit PwtAtanGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -225,6 +376,17 @@ struct PwtAtanGrad_ff_f {
     const float t1 = 1.0f + t0;
     const float t2 = 1.0f / t1;
     const float t3 = x0 * t2;
+    return t3;
+  }
+};
+
+struct PwtAtanGrad_dd_d {
+  explicit PwtAtanGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 * x1;
+    const double t1 = 1.0 + t0;
+    const double t2 = 1.0 / t1;
+    const double t3 = x0 * t2;
     return t3;
   }
 };
@@ -237,6 +399,14 @@ struct PwtAtanh_f_f {
   }
 };
 
+struct PwtAtanh_d_d {
+  explicit PwtAtanh_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::atanh(x0);
+    return t0;
+  }
+};
+
 struct PwtAtanhGrad_ff_f {
   explicit PwtAtanhGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -245,6 +415,18 @@ struct PwtAtanhGrad_ff_f {
     const float t2 = t0 * t1;
     const float t3 = 1.0f / t2;
     const float t4 = x0 * t3;
+    return t4;
+  }
+};
+
+struct PwtAtanhGrad_dd_d {
+  explicit PwtAtanhGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = 1.0 - x1;
+    const double t1 = 1.0 + x1;
+    const double t2 = t0 * t1;
+    const double t3 = 1.0 / t2;
+    const double t4 = x0 * t3;
     return t4;
   }
 };
@@ -321,6 +503,14 @@ struct PwtCeil_f_f {
   }
 };
 
+struct PwtCeil_d_d {
+  explicit PwtCeil_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::ceil(x0);
+    return t0;
+  }
+};
+
 struct PwtChebyshevT_ff_f {
   explicit PwtChebyshevT_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -368,6 +558,21 @@ struct PwtClamp_fff_f {
   }
 };
 
+struct PwtClamp_ddd_d {
+  explicit PwtClamp_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x0 < x1;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = t0 || t1;
+    const double t3 = t2 ? x1 : x0;
+    const bool t4 = t3 > x2;
+    const bool t5 = std::isnan(x2);
+    const bool t6 = t4 || t5;
+    const double t7 = t6 ? x2 : t3;
+    return t7;
+  }
+};
+
 struct PwtClampGradA_ffff_f {
   explicit PwtClampGradA_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
@@ -376,6 +581,18 @@ struct PwtClampGradA_ffff_f {
     const bool t2 = t0 && t1;
     const float t3 = t2 ? 1.0f : 0.0f;
     const float t4 = x0 * t3;
+    return t4;
+  }
+};
+
+struct PwtClampGradA_dddd_d {
+  explicit PwtClampGradA_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 >= x2;
+    const bool t1 = x1 <= x3;
+    const bool t2 = t0 && t1;
+    const float t3 = t2 ? 1.0f : 0.0f;
+    const double t4 = x0 * t3;
     return t4;
   }
 };
@@ -392,6 +609,18 @@ struct PwtClampGradB_ffff_f {
   }
 };
 
+struct PwtClampGradB_dddd_d {
+  explicit PwtClampGradB_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 < x2;
+    const bool t1 = x2 < x3;
+    const bool t2 = t0 && t1;
+    const float t3 = t2 ? 1.0f : 0.0f;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtClampGradC_ffff_f {
   explicit PwtClampGradC_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
@@ -400,6 +629,18 @@ struct PwtClampGradC_ffff_f {
     const bool t2 = t0 || t1;
     const float t3 = t2 ? 1.0f : 0.0f;
     const float t4 = x0 * t3;
+    return t4;
+  }
+};
+
+struct PwtClampGradC_dddd_d {
+  explicit PwtClampGradC_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 > x3;
+    const bool t1 = x3 < x2;
+    const bool t2 = t0 || t1;
+    const float t3 = t2 ? 1.0f : 0.0f;
+    const double t4 = x0 * t3;
     return t4;
   }
 };
@@ -415,6 +656,17 @@ struct PwtClampMax_ff_f {
   }
 };
 
+struct PwtClampMax_dd_d {
+  explicit PwtClampMax_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x0 > x1;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = t0 || t1;
+    const double t3 = t2 ? x1 : x0;
+    return t3;
+  }
+};
+
 struct PwtClampMaxGradA_fff_f {
   explicit PwtClampMaxGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -425,12 +677,32 @@ struct PwtClampMaxGradA_fff_f {
   }
 };
 
+struct PwtClampMaxGradA_ddd_d {
+  explicit PwtClampMaxGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 <= x2;
+    const float t1 = t0 ? 1.0f : 0.0f;
+    const double t2 = x0 * t1;
+    return t2;
+  }
+};
+
 struct PwtClampMaxGradB_fff_f {
   explicit PwtClampMaxGradB_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
     const bool t0 = x1 > x2;
     const float t1 = t0 ? 1.0f : 0.0f;
     const float t2 = x0 * t1;
+    return t2;
+  }
+};
+
+struct PwtClampMaxGradB_ddd_d {
+  explicit PwtClampMaxGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 > x2;
+    const float t1 = t0 ? 1.0f : 0.0f;
+    const double t2 = x0 * t1;
     return t2;
   }
 };
@@ -446,12 +718,33 @@ struct PwtClampMin_ff_f {
   }
 };
 
+struct PwtClampMin_dd_d {
+  explicit PwtClampMin_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x0 < x1;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = t0 || t1;
+    const double t3 = t2 ? x1 : x0;
+    return t3;
+  }
+};
+
 struct PwtClampMinGradA_fff_f {
   explicit PwtClampMinGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
     const bool t0 = x1 >= x2;
     const float t1 = t0 ? 1.0f : 0.0f;
     const float t2 = x0 * t1;
+    return t2;
+  }
+};
+
+struct PwtClampMinGradA_ddd_d {
+  explicit PwtClampMinGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 >= x2;
+    const float t1 = t0 ? 1.0f : 0.0f;
+    const double t2 = x0 * t1;
     return t2;
   }
 };
@@ -466,10 +759,28 @@ struct PwtClampMinGradB_fff_f {
   }
 };
 
+struct PwtClampMinGradB_ddd_d {
+  explicit PwtClampMinGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 < x2;
+    const float t1 = t0 ? 1.0f : 0.0f;
+    const double t2 = x0 * t1;
+    return t2;
+  }
+};
+
 struct PwtCopySign_ff_f {
   explicit PwtCopySign_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::copysign(x0, x1);
+    return t0;
+  }
+};
+
+struct PwtCopySign_dd_d {
+  explicit PwtCopySign_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::copysign(x0, x1);
     return t0;
   }
 };
@@ -485,10 +796,29 @@ struct PwtCopySignGradA_ffff_f {
   }
 };
 
+struct PwtCopySignGradA_dddd_d {
+  explicit PwtCopySignGradA_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 == 0.0;
+    const double t1 = x3 / x1;
+    const double t2 = t0 ? 0.0 : t1;
+    const double t3 = x0 * t2;
+    return t3;
+  }
+};
+
 struct PwtCos_f_f {
   explicit PwtCos_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::cos(x0);
+    return t0;
+  }
+};
+
+struct PwtCos_d_d {
+  explicit PwtCos_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::cos(x0);
     return t0;
   }
 };
@@ -503,10 +833,28 @@ struct PwtCosGrad_ff_f {
   }
 };
 
+struct PwtCosGrad_dd_d {
+  explicit PwtCosGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::sin(x1);
+    const double t1 = -t0;
+    const double t2 = x0 * t1;
+    return t2;
+  }
+};
+
 struct PwtCosh_f_f {
   explicit PwtCosh_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::cosh(x0);
+    return t0;
+  }
+};
+
+struct PwtCosh_d_d {
+  explicit PwtCosh_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::cosh(x0);
     return t0;
   }
 };
@@ -516,6 +864,15 @@ struct PwtCoshGrad_ff_f {
   float operator()(float x0, float x1) const {
     const float t0 = std::sinh(x1);
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtCoshGrad_dd_d {
+  explicit PwtCoshGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::sinh(x1);
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -578,6 +935,68 @@ struct PwtDigamma_f_f {
     const float t52 = t51 ? t43 : t37;
     const float t53 = t47 ? std::numeric_limits<float>::quiet_NaN() : t52;
     const float t54 = t48 ? t50 : t53;
+    return t54;
+  }
+};
+
+struct PwtDigamma_d_d {
+  explicit PwtDigamma_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const bool t0 = x0 < 0.0;
+    const double t1 = 1.0 - x0;
+    const double t2 = t0 ? t1 : x0;
+    const double t3 = t2 + 0.0;
+    const double t4 = 1.0 / t3;
+    const double t5 = 0.0 + t4;
+    const double t6 = t2 + 1.0;
+    const double t7 = 1.0 / t6;
+    const double t8 = t5 + t7;
+    const double t9 = t2 + 2.0;
+    const double t10 = 1.0 / t9;
+    const double t11 = t8 + t10;
+    const double t12 = t2 + 3.0;
+    const double t13 = 1.0 / t12;
+    const double t14 = t11 + t13;
+    const double t15 = t2 + 4.0;
+    const double t16 = 1.0 / t15;
+    const double t17 = t14 + t16;
+    const double t18 = t2 + 5.0;
+    const double t19 = 1.0 / t18;
+    const double t20 = t17 + t19;
+    const double t21 = t2 + 6.0;
+    const double t22 = t21 * t21;
+    const double t23 = 1.0 / t22;
+    const double t24 = std::log(t21);
+    const double t25 = 0.5 / t21;
+    const double t26 = t24 - t25;
+    const double t27 = t23 * 0.007575757575757576;
+    const double t28 = 0.004166666666666667 - t27;
+    const double t29 = t23 * t28;
+    const double t30 = 0.003968253968253968 - t29;
+    const double t31 = t23 * t30;
+    const double t32 = 0.008333333333333333 - t31;
+    const double t33 = t23 * t32;
+    const double t34 = 0.08333333333333333 - t33;
+    const double t35 = t23 * t34;
+    const double t36 = t26 - t35;
+    const double t37 = t36 - t20;
+    const double t38 = std::nearbyint(x0);
+    const double t39 = x0 - t38;
+    const double t40 = 3.141592653589793 * t39;
+    const double t41 = std::tan(t40);
+    const double t42 = 3.141592653589793 / t41;
+    const double t43 = t37 - t42;
+    const bool t44 = x0 <= 0.0;
+    const double t45 = std::floor(x0);
+    const bool t46 = x0 == t45;
+    const bool t47 = t44 && t46;
+    const bool t48 = x0 == 0.0;
+    const double t49 = std::copysign(1.0, x0);
+    const double t50 = (-std::numeric_limits<double>::infinity()) * t49;
+    const bool t51 = x0 < 0.0;
+    const double t52 = t51 ? t43 : t37;
+    const double t53 = t47 ? std::numeric_limits<double>::quiet_NaN() : t52;
+    const double t54 = t48 ? t50 : t53;
     return t54;
   }
 };
@@ -650,6 +1069,74 @@ struct PwtDigammaGrad_ff_f {
   }
 };
 
+struct PwtDigammaGrad_dd_d {
+  explicit PwtDigammaGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x1 < 0.0;
+    const double t1 = 1.0 - x1;
+    const double t2 = t0 ? t1 : x1;
+    const double t3 = t2 + 0.0;
+    const double t4 = t2 + 0.0;
+    const double t5 = t3 * t4;
+    const double t6 = 1.0 / t5;
+    const double t7 = 0.0 + t6;
+    const double t8 = t2 + 1.0;
+    const double t9 = t2 + 1.0;
+    const double t10 = t8 * t9;
+    const double t11 = 1.0 / t10;
+    const double t12 = t7 + t11;
+    const double t13 = t2 + 2.0;
+    const double t14 = t2 + 2.0;
+    const double t15 = t13 * t14;
+    const double t16 = 1.0 / t15;
+    const double t17 = t12 + t16;
+    const double t18 = t2 + 3.0;
+    const double t19 = t2 + 3.0;
+    const double t20 = t18 * t19;
+    const double t21 = 1.0 / t20;
+    const double t22 = t17 + t21;
+    const double t23 = t2 + 4.0;
+    const double t24 = t2 + 4.0;
+    const double t25 = t23 * t24;
+    const double t26 = 1.0 / t25;
+    const double t27 = t22 + t26;
+    const double t28 = t2 + 5.0;
+    const double t29 = t2 + 5.0;
+    const double t30 = t28 * t29;
+    const double t31 = 1.0 / t30;
+    const double t32 = t27 + t31;
+    const double t33 = t2 + 6.0;
+    const double t34 = t33 * t33;
+    const double t35 = 1.0 / t34;
+    const double t36 = 1.0 / t33;
+    const double t37 = 1.0 / t33;
+    const double t38 = t35 * 0.03333333333333333;
+    const double t39 = 0.023809523809523808 - t38;
+    const double t40 = t35 * t39;
+    const double t41 = 0.03333333333333333 - t40;
+    const double t42 = t35 * t41;
+    const double t43 = 0.16666666666666666 - t42;
+    const double t44 = t37 * t43;
+    const double t45 = 0.5 + t44;
+    const double t46 = t35 * t45;
+    const double t47 = t36 + t46;
+    const double t48 = t47 + t32;
+    const double t49 = std::nearbyint(x1);
+    const double t50 = x1 - t49;
+    const bool t51 = t50 == 0.0;
+    const double t52 = t51 ? x1 : t50;
+    const double t53 = 3.141592653589793 * t52;
+    const double t54 = std::sin(t53);
+    const double t55 = t54 * t54;
+    const double t56 = 9.869604401089358 / t55;
+    const double t57 = t56 - t48;
+    const bool t58 = x1 < 0.0;
+    const double t59 = t58 ? t57 : t48;
+    const double t60 = x0 * t59;
+    return t60;
+  }
+};
+
 struct PwtDivFloor_ff_f {
   explicit PwtDivFloor_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -686,11 +1173,56 @@ struct PwtDivFloor_ff_f {
   }
 };
 
+struct PwtDivFloor_dd_d {
+  explicit PwtDivFloor_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::fmod(x0, x1);
+    const double t1 = x0 - t0;
+    const double t2 = t1 / x1;
+    const bool t3 = t0 == 0.0;
+    const bool t4 = !t3;
+    const bool t5 = std::isnan(t0);
+    const bool t6 = t4 || t5;
+    const bool t7 = x1 < 0.0;
+    const bool t8 = t0 < 0.0;
+    const bool t9 = !t8;
+    const bool t10 = t7 && t9;
+    const bool t11 = !t7;
+    const bool t12 = t11 && t8;
+    const bool t13 = t10 || t12;
+    const bool t14 = t6 && t13;
+    const double t15 = t2 - 1.0;
+    const double t16 = t14 ? t15 : t2;
+    const double t17 = std::floor(t16);
+    const double t18 = t16 - t17;
+    const bool t19 = t18 > 0.5;
+    const double t20 = t17 + 1.0;
+    const double t21 = t19 ? t20 : t17;
+    const bool t22 = t16 == 0.0;
+    const double t23 = x0 / x1;
+    const double t24 = std::copysign(0.0, t23);
+    const double t25 = t22 ? t24 : t21;
+    const bool t26 = x1 == 0.0;
+    const double t27 = x0 / x1;
+    const double t28 = t26 ? t27 : t25;
+    return t28;
+  }
+};
+
 struct PwtDivTrunc_ff_f {
   explicit PwtDivTrunc_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = x0 / x1;
     const float t1 = std::trunc(t0);
+    return t1;
+  }
+};
+
+struct PwtDivTrunc_dd_d {
+  explicit PwtDivTrunc_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x0 / x1;
+    const double t1 = std::trunc(t0);
     return t1;
   }
 };
@@ -713,6 +1245,24 @@ struct PwtEntr_f_f {
   }
 };
 
+struct PwtEntr_d_d {
+  explicit PwtEntr_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const bool t0 = std::isnan(x0);
+    const bool t1 = x0 > 0.0;
+    const double t2 = -x0;
+    const bool t3 = x0 > 0.0;
+    const double t4 = t3 ? x0 : 1.0;
+    const double t5 = std::log(t4);
+    const double t6 = t2 * t5;
+    const bool t7 = x0 == 0.0;
+    const float t8 = t7 ? 0.0f : (-std::numeric_limits<float>::infinity());
+    const double t9 = t1 ? t6 : t8;
+    const double t10 = t0 ? x0 : t9;
+    return t10;
+  }
+};
+
 struct PwtEntrGrad_ff_f {
   explicit PwtEntrGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -720,6 +1270,17 @@ struct PwtEntrGrad_ff_f {
     const float t1 = t0 + 1.0f;
     const float t2 = -t1;
     const float t3 = x0 * t2;
+    return t3;
+  }
+};
+
+struct PwtEntrGrad_dd_d {
+  explicit PwtEntrGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::log(x1);
+    const double t1 = t0 + 1.0;
+    const double t2 = -t1;
+    const double t3 = x0 * t2;
     return t3;
   }
 };
@@ -748,10 +1309,26 @@ struct PwtEqual_ii_b {
   }
 };
 
+struct PwtEqual_dd_b {
+  explicit PwtEqual_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 == x1;
+    return t0;
+  }
+};
+
 struct PwtErfc_f_f {
   explicit PwtErfc_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::erfc(x0);
+    return t0;
+  }
+};
+
+struct PwtErfc_d_d {
+  explicit PwtErfc_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::erfc(x0);
     return t0;
   }
 };
@@ -764,6 +1341,18 @@ struct PwtErfcGrad_ff_f {
     const float t2 = std::exp(t1);
     const float t3 = -1.1283791670955126f * t2;
     const float t4 = x0 * t3;
+    return t4;
+  }
+};
+
+struct PwtErfcGrad_dd_d {
+  explicit PwtErfcGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 * x1;
+    const double t1 = -t0;
+    const double t2 = std::exp(t1);
+    const double t3 = -1.1283791670955126 * t2;
+    const double t4 = x0 * t3;
     return t4;
   }
 };
@@ -787,6 +1376,17 @@ struct PwtErfcxGrad_fff_f {
   }
 };
 
+struct PwtErfcxGrad_ddd_d {
+  explicit PwtErfcxGrad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = 2.0 * x1;
+    const double t1 = t0 * x2;
+    const double t2 = t1 - 1.1283791670955126;
+    const double t3 = x0 * t2;
+    return t3;
+  }
+};
+
 struct PwtErfinv_f_f {
   explicit PwtErfinv_f_f(const Node&) {}
   float operator()(float x0) const {
@@ -806,10 +1406,29 @@ struct PwtErfinvGrad_fff_f {
   }
 };
 
+struct PwtErfinvGrad_ddd_d {
+  explicit PwtErfinvGrad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 * x2;
+    const double t1 = std::exp(t0);
+    const double t2 = 0.8862269254527579 * t1;
+    const double t3 = x0 * t2;
+    return t3;
+  }
+};
+
 struct PwtExp2_f_f {
   explicit PwtExp2_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::exp2(x0);
+    return t0;
+  }
+};
+
+struct PwtExp2_d_d {
+  explicit PwtExp2_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::exp2(x0);
     return t0;
   }
 };
@@ -823,10 +1442,27 @@ struct PwtExp2Grad_fff_f {
   }
 };
 
+struct PwtExp2Grad_ddd_d {
+  explicit PwtExp2Grad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 * 0.6931471805599453;
+    const double t1 = x0 * t0;
+    return t1;
+  }
+};
+
 struct PwtExpm1_f_f {
   explicit PwtExpm1_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::expm1(x0);
+    return t0;
+  }
+};
+
+struct PwtExpm1_d_d {
+  explicit PwtExpm1_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::expm1(x0);
     return t0;
   }
 };
@@ -840,6 +1476,15 @@ struct PwtExpm1Grad_ff_f {
   }
 };
 
+struct PwtExpm1Grad_dd_d {
+  explicit PwtExpm1Grad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::exp(x1);
+    const double t1 = x0 * t0;
+    return t1;
+  }
+};
+
 struct PwtFloor_f_f {
   explicit PwtFloor_f_f(const Node&) {}
   float operator()(float x0) const {
@@ -848,10 +1493,26 @@ struct PwtFloor_f_f {
   }
 };
 
+struct PwtFloor_d_d {
+  explicit PwtFloor_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::floor(x0);
+    return t0;
+  }
+};
+
 struct PwtFmax_ff_f {
   explicit PwtFmax_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::fmax(x0, x1);
+    return t0;
+  }
+};
+
+struct PwtFmax_dd_d {
+  explicit PwtFmax_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::fmax(x0, x1);
     return t0;
   }
 };
@@ -868,6 +1529,18 @@ struct PwtFmaxGradA_fff_f {
   }
 };
 
+struct PwtFmaxGradA_ddd_d {
+  explicit PwtFmaxGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 >= x2;
+    const bool t1 = std::isnan(x2);
+    const bool t2 = t0 || t1;
+    const float t3 = t2 ? 1.0f : 0.0f;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtFmaxGradB_fff_f {
   explicit PwtFmaxGradB_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -880,10 +1553,30 @@ struct PwtFmaxGradB_fff_f {
   }
 };
 
+struct PwtFmaxGradB_ddd_d {
+  explicit PwtFmaxGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 >= x2;
+    const bool t1 = std::isnan(x2);
+    const bool t2 = t0 || t1;
+    const float t3 = t2 ? 0.0f : 1.0f;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtFmin_ff_f {
   explicit PwtFmin_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::fmin(x0, x1);
+    return t0;
+  }
+};
+
+struct PwtFmin_dd_d {
+  explicit PwtFmin_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::fmin(x0, x1);
     return t0;
   }
 };
@@ -900,6 +1593,18 @@ struct PwtFminGradA_fff_f {
   }
 };
 
+struct PwtFminGradA_ddd_d {
+  explicit PwtFminGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 <= x2;
+    const bool t1 = std::isnan(x2);
+    const bool t2 = t0 || t1;
+    const float t3 = t2 ? 1.0f : 0.0f;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtFminGradB_fff_f {
   explicit PwtFminGradB_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -912,10 +1617,30 @@ struct PwtFminGradB_fff_f {
   }
 };
 
+struct PwtFminGradB_ddd_d {
+  explicit PwtFminGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 <= x2;
+    const bool t1 = std::isnan(x2);
+    const bool t2 = t0 || t1;
+    const float t3 = t2 ? 0.0f : 1.0f;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtFmod_ff_f {
   explicit PwtFmod_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::fmod(x0, x1);
+    return t0;
+  }
+};
+
+struct PwtFmod_dd_d {
+  explicit PwtFmod_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::fmod(x0, x1);
     return t0;
   }
 };
@@ -931,11 +1656,31 @@ struct PwtFmodGradB_fff_f {
   }
 };
 
+struct PwtFmodGradB_ddd_d {
+  explicit PwtFmodGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x1 / x2;
+    const double t1 = std::trunc(t0);
+    const double t2 = -t1;
+    const double t3 = x0 * t2;
+    return t3;
+  }
+};
+
 struct PwtFrac_f_f {
   explicit PwtFrac_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::trunc(x0);
     const float t1 = x0 - t0;
+    return t1;
+  }
+};
+
+struct PwtFrac_d_d {
+  explicit PwtFrac_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::trunc(x0);
+    const double t1 = x0 - t0;
     return t1;
   }
 };
@@ -992,6 +1737,14 @@ struct PwtGreater_ii_b {
   }
 };
 
+struct PwtGreater_dd_b {
+  explicit PwtGreater_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 > x1;
+    return t0;
+  }
+};
+
 struct PwtGreaterOrEqual_ff_b {
   explicit PwtGreaterOrEqual_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
@@ -1016,6 +1769,14 @@ struct PwtGreaterOrEqual_ii_b {
   }
 };
 
+struct PwtGreaterOrEqual_dd_b {
+  explicit PwtGreaterOrEqual_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 >= x1;
+    return t0;
+  }
+};
+
 struct PwtHardSigmoid_f_f {
   explicit PwtHardSigmoid_f_f(const Node&) {}
   float operator()(float x0) const {
@@ -1029,6 +1790,19 @@ struct PwtHardSigmoid_f_f {
   }
 };
 
+struct PwtHardSigmoid_d_d {
+  explicit PwtHardSigmoid_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = x0 + 3.0;
+    const bool t1 = t0 < 0.0;
+    const double t2 = t1 ? 0.0 : t0;
+    const bool t3 = t2 > 6.0;
+    const double t4 = t3 ? 6.0 : t2;
+    const double t5 = t4 / 6.0;
+    return t5;
+  }
+};
+
 struct PwtHardSigmoidGrad_ff_f {
   explicit PwtHardSigmoidGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -1037,6 +1811,18 @@ struct PwtHardSigmoidGrad_ff_f {
     const bool t2 = t0 && t1;
     const float t3 = t2 ? 0.1666666716337204f : 0.0f;
     const float t4 = x0 * t3;
+    return t4;
+  }
+};
+
+struct PwtHardSigmoidGrad_dd_d {
+  explicit PwtHardSigmoidGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x1 > -3.0;
+    const bool t1 = x1 < 3.0;
+    const bool t2 = t0 && t1;
+    const float t3 = t2 ? 0.1666666716337204f : 0.0f;
+    const double t4 = x0 * t3;
     return t4;
   }
 };
@@ -1055,6 +1841,20 @@ struct PwtHardSwish_f_f {
   }
 };
 
+struct PwtHardSwish_d_d {
+  explicit PwtHardSwish_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = x0 + 3.0;
+    const bool t1 = t0 < 0.0;
+    const double t2 = t1 ? 0.0 : t0;
+    const bool t3 = t2 > 6.0;
+    const double t4 = t3 ? 6.0 : t2;
+    const double t5 = x0 * t4;
+    const double t6 = t5 / 6.0;
+    return t6;
+  }
+};
+
 struct PwtHardSwishGrad_ff_f {
   explicit PwtHardSwishGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -1065,6 +1865,20 @@ struct PwtHardSwishGrad_ff_f {
     const float t4 = t1 ? t3 : 1.0f;
     const float t5 = t0 ? 0.0f : t4;
     const float t6 = x0 * t5;
+    return t6;
+  }
+};
+
+struct PwtHardSwishGrad_dd_d {
+  explicit PwtHardSwishGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x1 <= -3.0;
+    const bool t1 = x1 < 3.0;
+    const double t2 = x1 / 3.0;
+    const double t3 = t2 + 0.5;
+    const double t4 = t1 ? t3 : 1.0;
+    const double t5 = t0 ? 0.0 : t4;
+    const double t6 = x0 * t5;
     return t6;
   }
 };
@@ -1080,6 +1894,21 @@ struct PwtHardTanh_fff_f {
     const bool t5 = std::isnan(x2);
     const bool t6 = t4 || t5;
     const float t7 = t6 ? x2 : t3;
+    return t7;
+  }
+};
+
+struct PwtHardTanh_ddd_d {
+  explicit PwtHardTanh_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x0 < x1;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = t0 || t1;
+    const double t3 = t2 ? x1 : x0;
+    const bool t4 = t3 > x2;
+    const bool t5 = std::isnan(x2);
+    const bool t6 = t4 || t5;
+    const double t7 = t6 ? x2 : t3;
     return t7;
   }
 };
@@ -1100,6 +1929,26 @@ struct PwtHardTanhGradA_ffff_f {
     const bool t10 = t4 && t9;
     const float t11 = t10 ? 1.0f : 0.0f;
     const float t12 = x0 * t11;
+    return t12;
+  }
+};
+
+struct PwtHardTanhGradA_dddd_d {
+  explicit PwtHardTanhGradA_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 > x2;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = std::isnan(x2);
+    const bool t3 = t1 || t2;
+    const bool t4 = t0 || t3;
+    const bool t5 = x1 < x3;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = std::isnan(x3);
+    const bool t8 = t6 || t7;
+    const bool t9 = t5 || t8;
+    const bool t10 = t4 && t9;
+    const float t11 = t10 ? 1.0f : 0.0f;
+    const double t12 = x0 * t11;
     return t12;
   }
 };
@@ -1128,6 +1977,14 @@ struct PwtHypot_ff_f {
   }
 };
 
+struct PwtHypot_dd_d {
+  explicit PwtHypot_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::hypot(x0, x1);
+    return t0;
+  }
+};
+
 struct PwtHypotGradA_ffff_f {
   explicit PwtHypotGradA_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
@@ -1137,11 +1994,29 @@ struct PwtHypotGradA_ffff_f {
   }
 };
 
+struct PwtHypotGradA_dddd_d {
+  explicit PwtHypotGradA_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const double t0 = x1 / x3;
+    const double t1 = x0 * t0;
+    return t1;
+  }
+};
+
 struct PwtHypotGradB_ffff_f {
   explicit PwtHypotGradB_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
     const float t0 = x2 / x3;
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtHypotGradB_dddd_d {
+  explicit PwtHypotGradB_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const double t0 = x2 / x3;
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -1303,6 +2178,14 @@ struct PwtIsFinite_i_b {
   }
 };
 
+struct PwtIsFinite_d_b {
+  explicit PwtIsFinite_d_b(const Node&) {}
+  bool operator()(double x0) const {
+    const bool t0 = std::isfinite(x0);
+    return t0;
+  }
+};
+
 struct PwtIsInf_f_b {
   explicit PwtIsInf_f_b(const Node&) {}
   bool operator()(float x0) const {
@@ -1322,6 +2205,14 @@ struct PwtIsInf_i_b {
   explicit PwtIsInf_i_b(const Node&) {}
   bool operator()(int32_t x0) const {
     return false;
+  }
+};
+
+struct PwtIsInf_d_b {
+  explicit PwtIsInf_d_b(const Node&) {}
+  bool operator()(double x0) const {
+    const bool t0 = std::isinf(x0);
+    return t0;
   }
 };
 
@@ -1347,6 +2238,14 @@ struct PwtIsNaN_i_b {
   }
 };
 
+struct PwtIsNaN_d_b {
+  explicit PwtIsNaN_d_b(const Node&) {}
+  bool operator()(double x0) const {
+    const bool t0 = std::isnan(x0);
+    return t0;
+  }
+};
+
 struct PwtLaguerreL_ff_f {
   explicit PwtLaguerreL_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -1364,11 +2263,29 @@ struct PwtLdexp_ff_f {
   }
 };
 
+struct PwtLdexp_dd_d {
+  explicit PwtLdexp_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::exp2(x1);
+    const double t1 = x0 * t0;
+    return t1;
+  }
+};
+
 struct PwtLdexpGradA_fff_f {
   explicit PwtLdexpGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
     const float t0 = std::exp2(x2);
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtLdexpGradA_ddd_d {
+  explicit PwtLdexpGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = std::exp2(x2);
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -1380,6 +2297,17 @@ struct PwtLdexpGradB_fff_f {
     const float t1 = x1 * t0;
     const float t2 = t1 * 0.6931471805599453f;
     const float t3 = x0 * t2;
+    return t3;
+  }
+};
+
+struct PwtLdexpGradB_ddd_d {
+  explicit PwtLdexpGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = std::exp2(x2);
+    const double t1 = x1 * t0;
+    const double t2 = t1 * 0.6931471805599453;
+    const double t3 = x0 * t2;
     return t3;
   }
 };
@@ -1408,11 +2336,36 @@ struct PwtLerp_fff_f {
   }
 };
 
+struct PwtLerp_ddd_d {
+  explicit PwtLerp_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x1 - x0;
+    const double t1 = std::abs(x2);
+    const bool t2 = t1 < 0.5;
+    const double t3 = x2 * t0;
+    const double t4 = x0 + t3;
+    const double t5 = 1.0 - x2;
+    const double t6 = t0 * t5;
+    const double t7 = x1 - t6;
+    const double t8 = t2 ? t4 : t7;
+    return t8;
+  }
+};
+
 struct PwtLerpGradA_ffff_f {
   explicit PwtLerpGradA_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
     const float t0 = 1.0f - x3;
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtLerpGradA_dddd_d {
+  explicit PwtLerpGradA_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const double t0 = 1.0 - x3;
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -1425,11 +2378,28 @@ struct PwtLerpGradB_ffff_f {
   }
 };
 
+struct PwtLerpGradB_dddd_d {
+  explicit PwtLerpGradB_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const double t0 = x0 * x3;
+    return t0;
+  }
+};
+
 struct PwtLerpGradC_ffff_f {
   explicit PwtLerpGradC_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
     const float t0 = x2 - x1;
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtLerpGradC_dddd_d {
+  explicit PwtLerpGradC_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const double t0 = x2 - x1;
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -1458,6 +2428,14 @@ struct PwtLess_ii_b {
   }
 };
 
+struct PwtLess_dd_b {
+  explicit PwtLess_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 < x1;
+    return t0;
+  }
+};
+
 struct PwtLessOrEqual_ff_b {
   explicit PwtLessOrEqual_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
@@ -1477,6 +2455,14 @@ struct PwtLessOrEqual_ll_b {
 struct PwtLessOrEqual_ii_b {
   explicit PwtLessOrEqual_ii_b(const Node&) {}
   bool operator()(int32_t x0, int32_t x1) const {
+    const bool t0 = x0 <= x1;
+    return t0;
+  }
+};
+
+struct PwtLessOrEqual_dd_b {
+  explicit PwtLessOrEqual_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
     const bool t0 = x0 <= x1;
     return t0;
   }
@@ -1553,10 +2539,81 @@ struct PwtLgammaGrad_ff_f {
   }
 };
 
+struct PwtLgammaGrad_dd_d {
+  explicit PwtLgammaGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x1 < 0.0;
+    const double t1 = 1.0 - x1;
+    const double t2 = t0 ? t1 : x1;
+    const double t3 = t2 + 0.0;
+    const double t4 = 1.0 / t3;
+    const double t5 = 0.0 + t4;
+    const double t6 = t2 + 1.0;
+    const double t7 = 1.0 / t6;
+    const double t8 = t5 + t7;
+    const double t9 = t2 + 2.0;
+    const double t10 = 1.0 / t9;
+    const double t11 = t8 + t10;
+    const double t12 = t2 + 3.0;
+    const double t13 = 1.0 / t12;
+    const double t14 = t11 + t13;
+    const double t15 = t2 + 4.0;
+    const double t16 = 1.0 / t15;
+    const double t17 = t14 + t16;
+    const double t18 = t2 + 5.0;
+    const double t19 = 1.0 / t18;
+    const double t20 = t17 + t19;
+    const double t21 = t2 + 6.0;
+    const double t22 = t21 * t21;
+    const double t23 = 1.0 / t22;
+    const double t24 = std::log(t21);
+    const double t25 = 0.5 / t21;
+    const double t26 = t24 - t25;
+    const double t27 = t23 * 0.007575757575757576;
+    const double t28 = 0.004166666666666667 - t27;
+    const double t29 = t23 * t28;
+    const double t30 = 0.003968253968253968 - t29;
+    const double t31 = t23 * t30;
+    const double t32 = 0.008333333333333333 - t31;
+    const double t33 = t23 * t32;
+    const double t34 = 0.08333333333333333 - t33;
+    const double t35 = t23 * t34;
+    const double t36 = t26 - t35;
+    const double t37 = t36 - t20;
+    const double t38 = std::nearbyint(x1);
+    const double t39 = x1 - t38;
+    const double t40 = 3.141592653589793 * t39;
+    const double t41 = std::tan(t40);
+    const double t42 = 3.141592653589793 / t41;
+    const double t43 = t37 - t42;
+    const bool t44 = x1 <= 0.0;
+    const double t45 = std::floor(x1);
+    const bool t46 = x1 == t45;
+    const bool t47 = t44 && t46;
+    const bool t48 = x1 == 0.0;
+    const double t49 = std::copysign(1.0, x1);
+    const double t50 = (-std::numeric_limits<double>::infinity()) * t49;
+    const bool t51 = x1 < 0.0;
+    const double t52 = t51 ? t43 : t37;
+    const double t53 = t47 ? std::numeric_limits<double>::quiet_NaN() : t52;
+    const double t54 = t48 ? t50 : t53;
+    const double t55 = x0 * t54;
+    return t55;
+  }
+};
+
 struct PwtLog10_f_f {
   explicit PwtLog10_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::log10(x0);
+    return t0;
+  }
+};
+
+struct PwtLog10_d_d {
+  explicit PwtLog10_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::log10(x0);
     return t0;
   }
 };
@@ -1571,10 +2628,28 @@ struct PwtLog10Grad_ff_f {
   }
 };
 
+struct PwtLog10Grad_dd_d {
+  explicit PwtLog10Grad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 * 2.302585092994046;
+    const double t1 = 1.0 / t0;
+    const double t2 = x0 * t1;
+    return t2;
+  }
+};
+
 struct PwtLog1p_f_f {
   explicit PwtLog1p_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::log1p(x0);
+    return t0;
+  }
+};
+
+struct PwtLog1p_d_d {
+  explicit PwtLog1p_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::log1p(x0);
     return t0;
   }
 };
@@ -1589,10 +2664,28 @@ struct PwtLog1pGrad_ff_f {
   }
 };
 
+struct PwtLog1pGrad_dd_d {
+  explicit PwtLog1pGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 + 1.0;
+    const double t1 = 1.0 / t0;
+    const double t2 = x0 * t1;
+    return t2;
+  }
+};
+
 struct PwtLog2_f_f {
   explicit PwtLog2_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::log2(x0);
+    return t0;
+  }
+};
+
+struct PwtLog2_d_d {
+  explicit PwtLog2_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::log2(x0);
     return t0;
   }
 };
@@ -1603,6 +2696,16 @@ struct PwtLog2Grad_ff_f {
     const float t0 = x1 * 0.6931471805599453f;
     const float t1 = 1.0f / t0;
     const float t2 = x0 * t1;
+    return t2;
+  }
+};
+
+struct PwtLog2Grad_dd_d {
+  explicit PwtLog2Grad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 * 0.6931471805599453;
+    const double t1 = 1.0 / t0;
+    const double t2 = x0 * t1;
     return t2;
   }
 };
@@ -1626,6 +2729,25 @@ struct PwtLogAddExp_ff_f {
   }
 };
 
+struct PwtLogAddExp_dd_d {
+  explicit PwtLogAddExp_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x0 > x1;
+    const double t1 = t0 ? x0 : x1;
+    const bool t2 = std::isinf(x0);
+    const bool t3 = x0 == x1;
+    const bool t4 = t2 && t3;
+    const double t5 = x0 - x1;
+    const double t6 = std::abs(t5);
+    const double t7 = -t6;
+    const double t8 = std::exp(t7);
+    const double t9 = std::log1p(t8);
+    const double t10 = t1 + t9;
+    const double t11 = t4 ? x0 : t10;
+    return t11;
+  }
+};
+
 struct PwtLogAddExpGradA_fff_f {
   explicit PwtLogAddExpGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -1638,6 +2760,18 @@ struct PwtLogAddExpGradA_fff_f {
   }
 };
 
+struct PwtLogAddExpGradA_ddd_d {
+  explicit PwtLogAddExpGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 - x1;
+    const double t1 = std::exp(t0);
+    const double t2 = 1.0 + t1;
+    const double t3 = 1.0 / t2;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtLogAddExpGradB_fff_f {
   explicit PwtLogAddExpGradB_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -1646,6 +2780,18 @@ struct PwtLogAddExpGradB_fff_f {
     const float t2 = 1.0f + t1;
     const float t3 = 1.0f / t2;
     const float t4 = x0 * t3;
+    return t4;
+  }
+};
+
+struct PwtLogAddExpGradB_ddd_d {
+  explicit PwtLogAddExpGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x1 - x2;
+    const double t1 = std::exp(t0);
+    const double t2 = 1.0 + t1;
+    const double t3 = 1.0 / t2;
+    const double t4 = x0 * t3;
     return t4;
   }
 };
@@ -1684,6 +2830,20 @@ struct PwtLogNdtrGrad_fff_f {
   }
 };
 
+struct PwtLogNdtrGrad_ddd_d {
+  explicit PwtLogNdtrGrad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x1 * x1;
+    const double t1 = 0.5 * t0;
+    const double t2 = x2 + t1;
+    const double t3 = -t2;
+    const double t4 = std::exp(t3);
+    const double t5 = t4 / 2.5066282746310002;
+    const double t6 = x0 * t5;
+    return t6;
+  }
+};
+
 struct PwtNdtri_f_f {
   explicit PwtNdtri_f_f(const Node&) {}
   float operator()(float x0) const {
@@ -1704,10 +2864,30 @@ struct PwtNdtriGrad_fff_f {
   }
 };
 
+struct PwtNdtriGrad_ddd_d {
+  explicit PwtNdtriGrad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 * x2;
+    const double t1 = 0.5 * t0;
+    const double t2 = std::exp(t1);
+    const double t3 = 2.5066282746310002 * t2;
+    const double t4 = x0 * t3;
+    return t4;
+  }
+};
+
 struct PwtNextAfter_ff_f {
   explicit PwtNextAfter_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
     const float t0 = std::nextafter(x0, x1);
+    return t0;
+  }
+};
+
+struct PwtNextAfter_dd_d {
+  explicit PwtNextAfter_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::nextafter(x0, x1);
     return t0;
   }
 };
@@ -1744,6 +2924,14 @@ struct PwtNot_b_b {
   }
 };
 
+struct PwtNot_d_b {
+  explicit PwtNot_d_b(const Node&) {}
+  bool operator()(double x0) const {
+    const bool t0 = x0 == 0.0;
+    return t0;
+  }
+};
+
 struct PwtNotEqual_ff_b {
   explicit PwtNotEqual_ff_b(const Node&) {}
   bool operator()(float x0, float x1) const {
@@ -1776,6 +2964,19 @@ struct PwtNotEqual_ii_b {
     const bool t2 = false || false;
     const bool t3 = t1 || t2;
     return t3;
+  }
+};
+
+struct PwtNotEqual_dd_b {
+  explicit PwtNotEqual_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 == x1;
+    const bool t1 = !t0;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = std::isnan(x1);
+    const bool t4 = t2 || t3;
+    const bool t5 = t1 || t4;
+    return t5;
   }
 };
 
@@ -1834,6 +3035,22 @@ struct PwtOr_bb_b {
     const bool t5 = t4 || false;
     const bool t6 = t2 || t5;
     return t6;
+  }
+};
+
+struct PwtOr_dd_b {
+  explicit PwtOr_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 == 0.0;
+    const bool t1 = !t0;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = t1 || t2;
+    const bool t4 = x1 == 0.0;
+    const bool t5 = !t4;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = t5 || t6;
+    const bool t8 = t3 || t7;
+    return t8;
   }
 };
 
@@ -1924,6 +3141,25 @@ struct PwtPowGradA_ffff_f {
   }
 };
 
+struct PwtPowGradA_dddd_d {
+  explicit PwtPowGradA_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 < 0.0;
+    const double t1 = std::floor(x2);
+    const bool t2 = x2 == t1;
+    const bool t3 = !t2;
+    const bool t4 = t0 && t3;
+    const bool t5 = x2 == 0.0;
+    const double t6 = x2 - 1.0;
+    const double t7 = std::pow(x1, t6);
+    const double t8 = x2 * t7;
+    const double t9 = t4 ? std::numeric_limits<double>::quiet_NaN() : t8;
+    const double t10 = t5 ? 0.0 : t9;
+    const double t11 = x0 * t10;
+    return t11;
+  }
+};
+
 struct PwtPowGradB_ffff_f {
   explicit PwtPowGradB_ffff_f(const Node&) {}
   float operator()(float x0, float x1, float x2, float x3) const {
@@ -1938,10 +3174,32 @@ struct PwtPowGradB_ffff_f {
   }
 };
 
+struct PwtPowGradB_dddd_d {
+  explicit PwtPowGradB_dddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2, double x3) const {
+    const bool t0 = x1 == 0.0;
+    const bool t1 = x2 >= 0.0;
+    const bool t2 = t0 && t1;
+    const double t3 = std::log(x1);
+    const double t4 = x3 * t3;
+    const double t5 = t2 ? 0.0 : t4;
+    const double t6 = x0 * t5;
+    return t6;
+  }
+};
+
 struct PwtReciprocal_f_f {
   explicit PwtReciprocal_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = 1.0f / x0;
+    return t0;
+  }
+};
+
+struct PwtReciprocal_d_d {
+  explicit PwtReciprocal_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = 1.0 / x0;
     return t0;
   }
 };
@@ -1952,6 +3210,16 @@ struct PwtReciprocalGrad_fff_f {
     const float t0 = x2 * x2;
     const float t1 = -t0;
     const float t2 = x0 * t1;
+    return t2;
+  }
+};
+
+struct PwtReciprocalGrad_ddd_d {
+  explicit PwtReciprocalGrad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 * x2;
+    const double t1 = -t0;
+    const double t2 = x0 * t1;
     return t2;
   }
 };
@@ -1974,6 +3242,28 @@ struct PwtRemainder_ff_f {
     const bool t12 = t4 && t11;
     const float t13 = t0 + x1;
     const float t14 = t12 ? t13 : t0;
+    return t14;
+  }
+};
+
+struct PwtRemainder_dd_d {
+  explicit PwtRemainder_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::fmod(x0, x1);
+    const bool t1 = t0 == 0.0;
+    const bool t2 = !t1;
+    const bool t3 = std::isnan(t0);
+    const bool t4 = t2 || t3;
+    const bool t5 = x1 < 0.0;
+    const bool t6 = t0 < 0.0;
+    const bool t7 = !t6;
+    const bool t8 = t5 && t7;
+    const bool t9 = !t5;
+    const bool t10 = t9 && t6;
+    const bool t11 = t8 || t10;
+    const bool t12 = t4 && t11;
+    const double t13 = t0 + x1;
+    const double t14 = t12 ? t13 : t0;
     return t14;
   }
 };
@@ -2016,10 +3306,56 @@ struct PwtRemainderGradB_fff_f {
   }
 };
 
+struct PwtRemainderGradB_ddd_d {
+  explicit PwtRemainderGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = std::fmod(x1, x2);
+    const double t1 = x1 - t0;
+    const double t2 = t1 / x2;
+    const bool t3 = t0 == 0.0;
+    const bool t4 = !t3;
+    const bool t5 = std::isnan(t0);
+    const bool t6 = t4 || t5;
+    const bool t7 = x2 < 0.0;
+    const bool t8 = t0 < 0.0;
+    const bool t9 = !t8;
+    const bool t10 = t7 && t9;
+    const bool t11 = !t7;
+    const bool t12 = t11 && t8;
+    const bool t13 = t10 || t12;
+    const bool t14 = t6 && t13;
+    const double t15 = t2 - 1.0;
+    const double t16 = t14 ? t15 : t2;
+    const double t17 = std::floor(t16);
+    const double t18 = t16 - t17;
+    const bool t19 = t18 > 0.5;
+    const double t20 = t17 + 1.0;
+    const double t21 = t19 ? t20 : t17;
+    const bool t22 = t16 == 0.0;
+    const double t23 = x1 / x2;
+    const double t24 = std::copysign(0.0, t23);
+    const double t25 = t22 ? t24 : t21;
+    const bool t26 = x2 == 0.0;
+    const double t27 = x1 / x2;
+    const double t28 = t26 ? t27 : t25;
+    const double t29 = -t28;
+    const double t30 = x0 * t29;
+    return t30;
+  }
+};
+
 struct PwtRound_f_f {
   explicit PwtRound_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::nearbyint(x0);
+    return t0;
+  }
+};
+
+struct PwtRound_d_d {
+  explicit PwtRound_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::nearbyint(x0);
     return t0;
   }
 };
@@ -2065,10 +3401,27 @@ struct PwtSignBit_f_b {
   }
 };
 
+struct PwtSignBit_d_b {
+  explicit PwtSignBit_d_b(const Node&) {}
+  bool operator()(double x0) const {
+    const double t0 = std::copysign(1.0, x0);
+    const bool t1 = t0 < 0.0;
+    return t1;
+  }
+};
+
 struct PwtSin_f_f {
   explicit PwtSin_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::sin(x0);
+    return t0;
+  }
+};
+
+struct PwtSin_d_d {
+  explicit PwtSin_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::sin(x0);
     return t0;
   }
 };
@@ -2078,6 +3431,15 @@ struct PwtSinGrad_ff_f {
   float operator()(float x0, float x1) const {
     const float t0 = std::cos(x1);
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtSinGrad_dd_d {
+  explicit PwtSinGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::cos(x1);
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -2092,6 +3454,20 @@ struct PwtSinc_f_f {
     const float t4 = t3 ? 1.0f : t0;
     const float t5 = t2 / t4;
     const float t6 = t1 ? 1.0f : t5;
+    return t6;
+  }
+};
+
+struct PwtSinc_d_d {
+  explicit PwtSinc_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = x0 * 3.141592653589793;
+    const bool t1 = x0 == 0.0;
+    const double t2 = std::sin(t0);
+    const bool t3 = x0 == 0.0;
+    const double t4 = t3 ? 1.0 : t0;
+    const double t5 = t2 / t4;
+    const double t6 = t1 ? 1.0 : t5;
     return t6;
   }
 };
@@ -2114,10 +3490,36 @@ struct PwtSincGrad_ff_f {
   }
 };
 
+struct PwtSincGrad_dd_d {
+  explicit PwtSincGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = x1 * 3.141592653589793;
+    const double t1 = x1 * x1;
+    const double t2 = t1 * 3.141592653589793;
+    const bool t3 = t2 == 0.0;
+    const double t4 = std::cos(t0);
+    const double t5 = t0 * t4;
+    const double t6 = std::sin(t0);
+    const double t7 = t5 - t6;
+    const double t8 = t7 / t2;
+    const double t9 = t3 ? 0.0 : t8;
+    const double t10 = x0 * t9;
+    return t10;
+  }
+};
+
 struct PwtSinh_f_f {
   explicit PwtSinh_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::sinh(x0);
+    return t0;
+  }
+};
+
+struct PwtSinh_d_d {
+  explicit PwtSinh_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::sinh(x0);
     return t0;
   }
 };
@@ -2127,6 +3529,15 @@ struct PwtSinhGrad_ff_f {
   float operator()(float x0, float x1) const {
     const float t0 = std::cosh(x1);
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtSinhGrad_dd_d {
+  explicit PwtSinhGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = std::cosh(x1);
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -2163,6 +3574,14 @@ struct PwtSquare_i_i {
   }
 };
 
+struct PwtSquare_d_d {
+  explicit PwtSquare_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = x0 * x0;
+    return t0;
+  }
+};
+
 struct PwtSquareGrad_ff_f {
   explicit PwtSquareGrad_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -2172,10 +3591,27 @@ struct PwtSquareGrad_ff_f {
   }
 };
 
+struct PwtSquareGrad_dd_d {
+  explicit PwtSquareGrad_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const double t0 = 2.0 * x1;
+    const double t1 = x0 * t0;
+    return t1;
+  }
+};
+
 struct PwtTan_f_f {
   explicit PwtTan_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::tan(x0);
+    return t0;
+  }
+};
+
+struct PwtTan_d_d {
+  explicit PwtTan_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::tan(x0);
     return t0;
   }
 };
@@ -2190,10 +3626,28 @@ struct PwtTanGrad_fff_f {
   }
 };
 
+struct PwtTanGrad_ddd_d {
+  explicit PwtTanGrad_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 * x2;
+    const double t1 = 1.0 + t0;
+    const double t2 = x0 * t1;
+    return t2;
+  }
+};
+
 struct PwtTrunc_f_f {
   explicit PwtTrunc_f_f(const Node&) {}
   float operator()(float x0) const {
     const float t0 = std::trunc(x0);
+    return t0;
+  }
+};
+
+struct PwtTrunc_d_d {
+  explicit PwtTrunc_d_d(const Node&) {}
+  double operator()(double x0) const {
+    const double t0 = std::trunc(x0);
     return t0;
   }
 };
@@ -2212,6 +3666,20 @@ struct PwtXlog1py_ff_f {
   }
 };
 
+struct PwtXlog1py_dd_d {
+  explicit PwtXlog1py_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x0 == 0.0;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = !t1;
+    const bool t3 = t0 && t2;
+    const double t4 = std::log1p(x1);
+    const double t5 = x0 * t4;
+    const double t6 = t3 ? 0.0 : t5;
+    return t6;
+  }
+};
+
 struct PwtXlog1pyGradA_fff_f {
   explicit PwtXlog1pyGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -2225,12 +3693,35 @@ struct PwtXlog1pyGradA_fff_f {
   }
 };
 
+struct PwtXlog1pyGradA_ddd_d {
+  explicit PwtXlog1pyGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 == 0.0;
+    const bool t1 = x2 <= -1.0;
+    const bool t2 = t0 && t1;
+    const double t3 = std::log1p(x2);
+    const double t4 = t2 ? 0.0 : t3;
+    const double t5 = x0 * t4;
+    return t5;
+  }
+};
+
 struct PwtXlog1pyGradB_fff_f {
   explicit PwtXlog1pyGradB_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
     const float t0 = x2 + 1.0f;
     const float t1 = x1 / t0;
     const float t2 = x0 * t1;
+    return t2;
+  }
+};
+
+struct PwtXlog1pyGradB_ddd_d {
+  explicit PwtXlog1pyGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x2 + 1.0;
+    const double t1 = x1 / t0;
+    const double t2 = x0 * t1;
     return t2;
   }
 };
@@ -2249,6 +3740,20 @@ struct PwtXlogy_ff_f {
   }
 };
 
+struct PwtXlogy_dd_d {
+  explicit PwtXlogy_dd_d(const Node&) {}
+  double operator()(double x0, double x1) const {
+    const bool t0 = x0 == 0.0;
+    const bool t1 = std::isnan(x1);
+    const bool t2 = !t1;
+    const bool t3 = t0 && t2;
+    const double t4 = std::log(x1);
+    const double t5 = x0 * t4;
+    const double t6 = t3 ? 0.0 : t5;
+    return t6;
+  }
+};
+
 struct PwtXlogyGradA_fff_f {
   explicit PwtXlogyGradA_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
@@ -2262,11 +3767,33 @@ struct PwtXlogyGradA_fff_f {
   }
 };
 
+struct PwtXlogyGradA_ddd_d {
+  explicit PwtXlogyGradA_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const bool t0 = x1 == 0.0;
+    const bool t1 = x2 <= 0.0;
+    const bool t2 = t0 && t1;
+    const double t3 = std::log(x2);
+    const double t4 = t2 ? 0.0 : t3;
+    const double t5 = x0 * t4;
+    return t5;
+  }
+};
+
 struct PwtXlogyGradB_fff_f {
   explicit PwtXlogyGradB_fff_f(const Node&) {}
   float operator()(float x0, float x1, float x2) const {
     const float t0 = x1 / x2;
     const float t1 = x0 * t0;
+    return t1;
+  }
+};
+
+struct PwtXlogyGradB_ddd_d {
+  explicit PwtXlogyGradB_ddd_d(const Node&) {}
+  double operator()(double x0, double x1, double x2) const {
+    const double t0 = x1 / x2;
+    const double t1 = x0 * t0;
     return t1;
   }
 };
@@ -2345,6 +3872,26 @@ struct PwtXor_bb_b {
   }
 };
 
+struct PwtXor_dd_b {
+  explicit PwtXor_dd_b(const Node&) {}
+  bool operator()(double x0, double x1) const {
+    const bool t0 = x0 == 0.0;
+    const bool t1 = !t0;
+    const bool t2 = std::isnan(x0);
+    const bool t3 = t1 || t2;
+    const bool t4 = x1 == 0.0;
+    const bool t5 = !t4;
+    const bool t6 = std::isnan(x1);
+    const bool t7 = t5 || t6;
+    const bool t8 = !t7;
+    const bool t9 = t3 && t8;
+    const bool t10 = !t3;
+    const bool t11 = t10 && t7;
+    const bool t12 = t9 || t11;
+    return t12;
+  }
+};
+
 struct PwtZeta_ff_f {
   explicit PwtZeta_ff_f(const Node&) {}
   float operator()(float x0, float x1) const {
@@ -2356,6 +3903,7 @@ struct PwtZeta_ff_f {
 KernelPtr pwt_Acos(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtAcos_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtAcos_d_d, double, double>},
   };
   return pick_pointwise(n, "Acos", kinds);
 }
@@ -2363,6 +3911,7 @@ KernelPtr pwt_Acos(const Node& n) {
 KernelPtr pwt_AcosGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAcosGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAcosGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "AcosGrad", kinds);
 }
@@ -2370,6 +3919,7 @@ KernelPtr pwt_AcosGrad(const Node& n) {
 KernelPtr pwt_Acosh(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtAcosh_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtAcosh_d_d, double, double>},
   };
   return pick_pointwise(n, "Acosh", kinds);
 }
@@ -2377,6 +3927,7 @@ KernelPtr pwt_Acosh(const Node& n) {
 KernelPtr pwt_AcoshGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAcoshGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAcoshGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "AcoshGrad", kinds);
 }
@@ -2394,6 +3945,7 @@ KernelPtr pwt_And(const Node& n) {
       {"ll_?", &make_pointwise<PwtAnd_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtAnd_ii_b, bool, int32_t, int32_t>},
       {"??_?", &make_pointwise<PwtAnd_bb_b, bool, bool, bool>},
+      {"dd_?", &make_pointwise<PwtAnd_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "And", kinds);
 }
@@ -2401,6 +3953,7 @@ KernelPtr pwt_And(const Node& n) {
 KernelPtr pwt_Asin(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtAsin_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtAsin_d_d, double, double>},
   };
   return pick_pointwise(n, "Asin", kinds);
 }
@@ -2408,6 +3961,7 @@ KernelPtr pwt_Asin(const Node& n) {
 KernelPtr pwt_AsinGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAsinGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAsinGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "AsinGrad", kinds);
 }
@@ -2415,6 +3969,7 @@ KernelPtr pwt_AsinGrad(const Node& n) {
 KernelPtr pwt_Asinh(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtAsinh_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtAsinh_d_d, double, double>},
   };
   return pick_pointwise(n, "Asinh", kinds);
 }
@@ -2422,6 +3977,7 @@ KernelPtr pwt_Asinh(const Node& n) {
 KernelPtr pwt_AsinhGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAsinhGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAsinhGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "AsinhGrad", kinds);
 }
@@ -2429,6 +3985,7 @@ KernelPtr pwt_AsinhGrad(const Node& n) {
 KernelPtr pwt_Atan(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtAtan_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtAtan_d_d, double, double>},
   };
   return pick_pointwise(n, "Atan", kinds);
 }
@@ -2436,6 +3993,7 @@ KernelPtr pwt_Atan(const Node& n) {
 KernelPtr pwt_Atan2(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAtan2_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAtan2_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Atan2", kinds);
 }
@@ -2443,6 +4001,7 @@ KernelPtr pwt_Atan2(const Node& n) {
 KernelPtr pwt_Atan2GradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtAtan2GradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtAtan2GradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Atan2GradA", kinds);
 }
@@ -2450,6 +4009,7 @@ KernelPtr pwt_Atan2GradA(const Node& n) {
 KernelPtr pwt_Atan2GradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtAtan2GradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtAtan2GradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Atan2GradB", kinds);
 }
@@ -2457,6 +4017,7 @@ KernelPtr pwt_Atan2GradB(const Node& n) {
 KernelPtr pwt_AtanGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAtanGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAtanGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "AtanGrad", kinds);
 }
@@ -2464,6 +4025,7 @@ KernelPtr pwt_AtanGrad(const Node& n) {
 KernelPtr pwt_Atanh(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtAtanh_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtAtanh_d_d, double, double>},
   };
   return pick_pointwise(n, "Atanh", kinds);
 }
@@ -2471,6 +4033,7 @@ KernelPtr pwt_Atanh(const Node& n) {
 KernelPtr pwt_AtanhGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtAtanhGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtAtanhGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "AtanhGrad", kinds);
 }
@@ -2534,6 +4097,7 @@ KernelPtr pwt_BesselY1(const Node& n) {
 KernelPtr pwt_Ceil(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtCeil_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtCeil_d_d, double, double>},
   };
   return pick_pointwise(n, "Ceil", kinds);
 }
@@ -2569,6 +4133,7 @@ KernelPtr pwt_ChebyshevW(const Node& n) {
 KernelPtr pwt_Clamp(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtClamp_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtClamp_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Clamp", kinds);
 }
@@ -2576,6 +4141,7 @@ KernelPtr pwt_Clamp(const Node& n) {
 KernelPtr pwt_ClampGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtClampGradA_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtClampGradA_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampGradA", kinds);
 }
@@ -2583,6 +4149,7 @@ KernelPtr pwt_ClampGradA(const Node& n) {
 KernelPtr pwt_ClampGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtClampGradB_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtClampGradB_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampGradB", kinds);
 }
@@ -2590,6 +4157,7 @@ KernelPtr pwt_ClampGradB(const Node& n) {
 KernelPtr pwt_ClampGradC(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtClampGradC_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtClampGradC_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampGradC", kinds);
 }
@@ -2597,6 +4165,7 @@ KernelPtr pwt_ClampGradC(const Node& n) {
 KernelPtr pwt_ClampMax(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtClampMax_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtClampMax_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "ClampMax", kinds);
 }
@@ -2604,6 +4173,7 @@ KernelPtr pwt_ClampMax(const Node& n) {
 KernelPtr pwt_ClampMaxGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtClampMaxGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtClampMaxGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampMaxGradA", kinds);
 }
@@ -2611,6 +4181,7 @@ KernelPtr pwt_ClampMaxGradA(const Node& n) {
 KernelPtr pwt_ClampMaxGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtClampMaxGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtClampMaxGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampMaxGradB", kinds);
 }
@@ -2618,6 +4189,7 @@ KernelPtr pwt_ClampMaxGradB(const Node& n) {
 KernelPtr pwt_ClampMin(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtClampMin_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtClampMin_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "ClampMin", kinds);
 }
@@ -2625,6 +4197,7 @@ KernelPtr pwt_ClampMin(const Node& n) {
 KernelPtr pwt_ClampMinGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtClampMinGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtClampMinGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampMinGradA", kinds);
 }
@@ -2632,6 +4205,7 @@ KernelPtr pwt_ClampMinGradA(const Node& n) {
 KernelPtr pwt_ClampMinGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtClampMinGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtClampMinGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ClampMinGradB", kinds);
 }
@@ -2639,6 +4213,7 @@ KernelPtr pwt_ClampMinGradB(const Node& n) {
 KernelPtr pwt_CopySign(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtCopySign_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtCopySign_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "CopySign", kinds);
 }
@@ -2646,6 +4221,7 @@ KernelPtr pwt_CopySign(const Node& n) {
 KernelPtr pwt_CopySignGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtCopySignGradA_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtCopySignGradA_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "CopySignGradA", kinds);
 }
@@ -2653,6 +4229,7 @@ KernelPtr pwt_CopySignGradA(const Node& n) {
 KernelPtr pwt_Cos(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtCos_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtCos_d_d, double, double>},
   };
   return pick_pointwise(n, "Cos", kinds);
 }
@@ -2660,6 +4237,7 @@ KernelPtr pwt_Cos(const Node& n) {
 KernelPtr pwt_CosGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtCosGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtCosGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "CosGrad", kinds);
 }
@@ -2667,6 +4245,7 @@ KernelPtr pwt_CosGrad(const Node& n) {
 KernelPtr pwt_Cosh(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtCosh_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtCosh_d_d, double, double>},
   };
   return pick_pointwise(n, "Cosh", kinds);
 }
@@ -2674,6 +4253,7 @@ KernelPtr pwt_Cosh(const Node& n) {
 KernelPtr pwt_CoshGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtCoshGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtCoshGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "CoshGrad", kinds);
 }
@@ -2681,6 +4261,7 @@ KernelPtr pwt_CoshGrad(const Node& n) {
 KernelPtr pwt_Digamma(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtDigamma_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtDigamma_d_d, double, double>},
   };
   return pick_pointwise(n, "Digamma", kinds);
 }
@@ -2688,6 +4269,7 @@ KernelPtr pwt_Digamma(const Node& n) {
 KernelPtr pwt_DigammaGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtDigammaGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtDigammaGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "DigammaGrad", kinds);
 }
@@ -2695,6 +4277,7 @@ KernelPtr pwt_DigammaGrad(const Node& n) {
 KernelPtr pwt_DivFloor(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtDivFloor_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtDivFloor_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "DivFloor", kinds);
 }
@@ -2702,6 +4285,7 @@ KernelPtr pwt_DivFloor(const Node& n) {
 KernelPtr pwt_DivTrunc(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtDivTrunc_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtDivTrunc_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "DivTrunc", kinds);
 }
@@ -2709,6 +4293,7 @@ KernelPtr pwt_DivTrunc(const Node& n) {
 KernelPtr pwt_Entr(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtEntr_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtEntr_d_d, double, double>},
   };
   return pick_pointwise(n, "Entr", kinds);
 }
@@ -2716,6 +4301,7 @@ KernelPtr pwt_Entr(const Node& n) {
 KernelPtr pwt_EntrGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtEntrGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtEntrGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "EntrGrad", kinds);
 }
@@ -2725,6 +4311,7 @@ KernelPtr pwt_Equal(const Node& n) {
       {"ff_?", &make_pointwise<PwtEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtEqual_ii_b, bool, int32_t, int32_t>},
+      {"dd_?", &make_pointwise<PwtEqual_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "Equal", kinds);
 }
@@ -2732,6 +4319,7 @@ KernelPtr pwt_Equal(const Node& n) {
 KernelPtr pwt_Erfc(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtErfc_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtErfc_d_d, double, double>},
   };
   return pick_pointwise(n, "Erfc", kinds);
 }
@@ -2739,6 +4327,7 @@ KernelPtr pwt_Erfc(const Node& n) {
 KernelPtr pwt_ErfcGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtErfcGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtErfcGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "ErfcGrad", kinds);
 }
@@ -2753,6 +4342,7 @@ KernelPtr pwt_Erfcx(const Node& n) {
 KernelPtr pwt_ErfcxGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtErfcxGrad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtErfcxGrad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ErfcxGrad", kinds);
 }
@@ -2767,6 +4357,7 @@ KernelPtr pwt_Erfinv(const Node& n) {
 KernelPtr pwt_ErfinvGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtErfinvGrad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtErfinvGrad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ErfinvGrad", kinds);
 }
@@ -2774,6 +4365,7 @@ KernelPtr pwt_ErfinvGrad(const Node& n) {
 KernelPtr pwt_Exp2(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtExp2_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtExp2_d_d, double, double>},
   };
   return pick_pointwise(n, "Exp2", kinds);
 }
@@ -2781,6 +4373,7 @@ KernelPtr pwt_Exp2(const Node& n) {
 KernelPtr pwt_Exp2Grad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtExp2Grad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtExp2Grad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Exp2Grad", kinds);
 }
@@ -2788,6 +4381,7 @@ KernelPtr pwt_Exp2Grad(const Node& n) {
 KernelPtr pwt_Expm1(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtExpm1_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtExpm1_d_d, double, double>},
   };
   return pick_pointwise(n, "Expm1", kinds);
 }
@@ -2795,6 +4389,7 @@ KernelPtr pwt_Expm1(const Node& n) {
 KernelPtr pwt_Expm1Grad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtExpm1Grad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtExpm1Grad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Expm1Grad", kinds);
 }
@@ -2802,6 +4397,7 @@ KernelPtr pwt_Expm1Grad(const Node& n) {
 KernelPtr pwt_Floor(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtFloor_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtFloor_d_d, double, double>},
   };
   return pick_pointwise(n, "Floor", kinds);
 }
@@ -2809,6 +4405,7 @@ KernelPtr pwt_Floor(const Node& n) {
 KernelPtr pwt_Fmax(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtFmax_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtFmax_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Fmax", kinds);
 }
@@ -2816,6 +4413,7 @@ KernelPtr pwt_Fmax(const Node& n) {
 KernelPtr pwt_FmaxGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtFmaxGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtFmaxGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "FmaxGradA", kinds);
 }
@@ -2823,6 +4421,7 @@ KernelPtr pwt_FmaxGradA(const Node& n) {
 KernelPtr pwt_FmaxGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtFmaxGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtFmaxGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "FmaxGradB", kinds);
 }
@@ -2830,6 +4429,7 @@ KernelPtr pwt_FmaxGradB(const Node& n) {
 KernelPtr pwt_Fmin(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtFmin_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtFmin_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Fmin", kinds);
 }
@@ -2837,6 +4437,7 @@ KernelPtr pwt_Fmin(const Node& n) {
 KernelPtr pwt_FminGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtFminGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtFminGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "FminGradA", kinds);
 }
@@ -2844,6 +4445,7 @@ KernelPtr pwt_FminGradA(const Node& n) {
 KernelPtr pwt_FminGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtFminGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtFminGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "FminGradB", kinds);
 }
@@ -2851,6 +4453,7 @@ KernelPtr pwt_FminGradB(const Node& n) {
 KernelPtr pwt_Fmod(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtFmod_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtFmod_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Fmod", kinds);
 }
@@ -2858,6 +4461,7 @@ KernelPtr pwt_Fmod(const Node& n) {
 KernelPtr pwt_FmodGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtFmodGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtFmodGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "FmodGradB", kinds);
 }
@@ -2865,6 +4469,7 @@ KernelPtr pwt_FmodGradB(const Node& n) {
 KernelPtr pwt_Frac(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtFrac_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtFrac_d_d, double, double>},
   };
   return pick_pointwise(n, "Frac", kinds);
 }
@@ -2895,6 +4500,7 @@ KernelPtr pwt_Greater(const Node& n) {
       {"ff_?", &make_pointwise<PwtGreater_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtGreater_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtGreater_ii_b, bool, int32_t, int32_t>},
+      {"dd_?", &make_pointwise<PwtGreater_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "Greater", kinds);
 }
@@ -2904,6 +4510,7 @@ KernelPtr pwt_GreaterOrEqual(const Node& n) {
       {"ff_?", &make_pointwise<PwtGreaterOrEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtGreaterOrEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtGreaterOrEqual_ii_b, bool, int32_t, int32_t>},
+      {"dd_?", &make_pointwise<PwtGreaterOrEqual_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "GreaterOrEqual", kinds);
 }
@@ -2911,6 +4518,7 @@ KernelPtr pwt_GreaterOrEqual(const Node& n) {
 KernelPtr pwt_HardSigmoid(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtHardSigmoid_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtHardSigmoid_d_d, double, double>},
   };
   return pick_pointwise(n, "HardSigmoid", kinds);
 }
@@ -2918,6 +4526,7 @@ KernelPtr pwt_HardSigmoid(const Node& n) {
 KernelPtr pwt_HardSigmoidGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtHardSigmoidGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtHardSigmoidGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "HardSigmoidGrad", kinds);
 }
@@ -2925,6 +4534,7 @@ KernelPtr pwt_HardSigmoidGrad(const Node& n) {
 KernelPtr pwt_HardSwish(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtHardSwish_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtHardSwish_d_d, double, double>},
   };
   return pick_pointwise(n, "HardSwish", kinds);
 }
@@ -2932,6 +4542,7 @@ KernelPtr pwt_HardSwish(const Node& n) {
 KernelPtr pwt_HardSwishGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtHardSwishGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtHardSwishGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "HardSwishGrad", kinds);
 }
@@ -2939,6 +4550,7 @@ KernelPtr pwt_HardSwishGrad(const Node& n) {
 KernelPtr pwt_HardTanh(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtHardTanh_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtHardTanh_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "HardTanh", kinds);
 }
@@ -2946,6 +4558,7 @@ KernelPtr pwt_HardTanh(const Node& n) {
 KernelPtr pwt_HardTanhGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtHardTanhGradA_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtHardTanhGradA_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "HardTanhGradA", kinds);
 }
@@ -2967,6 +4580,7 @@ KernelPtr pwt_HermiteHe(const Node& n) {
 KernelPtr pwt_Hypot(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtHypot_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtHypot_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Hypot", kinds);
 }
@@ -2974,6 +4588,7 @@ KernelPtr pwt_Hypot(const Node& n) {
 KernelPtr pwt_HypotGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtHypotGradA_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtHypotGradA_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "HypotGradA", kinds);
 }
@@ -2981,6 +4596,7 @@ KernelPtr pwt_HypotGradA(const Node& n) {
 KernelPtr pwt_HypotGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtHypotGradB_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtHypotGradB_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "HypotGradB", kinds);
 }
@@ -3074,6 +4690,7 @@ KernelPtr pwt_IsFinite(const Node& n) {
       {"f_?", &make_pointwise<PwtIsFinite_f_b, bool, float>},
       {"l_?", &make_pointwise<PwtIsFinite_l_b, bool, int64_t>},
       {"i_?", &make_pointwise<PwtIsFinite_i_b, bool, int32_t>},
+      {"d_?", &make_pointwise<PwtIsFinite_d_b, bool, double>},
   };
   return pick_pointwise(n, "IsFinite", kinds);
 }
@@ -3083,6 +4700,7 @@ KernelPtr pwt_IsInf(const Node& n) {
       {"f_?", &make_pointwise<PwtIsInf_f_b, bool, float>},
       {"l_?", &make_pointwise<PwtIsInf_l_b, bool, int64_t>},
       {"i_?", &make_pointwise<PwtIsInf_i_b, bool, int32_t>},
+      {"d_?", &make_pointwise<PwtIsInf_d_b, bool, double>},
   };
   return pick_pointwise(n, "IsInf", kinds);
 }
@@ -3092,6 +4710,7 @@ KernelPtr pwt_IsNaN(const Node& n) {
       {"f_?", &make_pointwise<PwtIsNaN_f_b, bool, float>},
       {"l_?", &make_pointwise<PwtIsNaN_l_b, bool, int64_t>},
       {"i_?", &make_pointwise<PwtIsNaN_i_b, bool, int32_t>},
+      {"d_?", &make_pointwise<PwtIsNaN_d_b, bool, double>},
   };
   return pick_pointwise(n, "IsNaN", kinds);
 }
@@ -3106,6 +4725,7 @@ KernelPtr pwt_LaguerreL(const Node& n) {
 KernelPtr pwt_Ldexp(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtLdexp_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtLdexp_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Ldexp", kinds);
 }
@@ -3113,6 +4733,7 @@ KernelPtr pwt_Ldexp(const Node& n) {
 KernelPtr pwt_LdexpGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtLdexpGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtLdexpGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "LdexpGradA", kinds);
 }
@@ -3120,6 +4741,7 @@ KernelPtr pwt_LdexpGradA(const Node& n) {
 KernelPtr pwt_LdexpGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtLdexpGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtLdexpGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "LdexpGradB", kinds);
 }
@@ -3134,6 +4756,7 @@ KernelPtr pwt_LegendreP(const Node& n) {
 KernelPtr pwt_Lerp(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtLerp_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtLerp_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Lerp", kinds);
 }
@@ -3141,6 +4764,7 @@ KernelPtr pwt_Lerp(const Node& n) {
 KernelPtr pwt_LerpGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtLerpGradA_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtLerpGradA_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "LerpGradA", kinds);
 }
@@ -3148,6 +4772,7 @@ KernelPtr pwt_LerpGradA(const Node& n) {
 KernelPtr pwt_LerpGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtLerpGradB_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtLerpGradB_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "LerpGradB", kinds);
 }
@@ -3155,6 +4780,7 @@ KernelPtr pwt_LerpGradB(const Node& n) {
 KernelPtr pwt_LerpGradC(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtLerpGradC_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtLerpGradC_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "LerpGradC", kinds);
 }
@@ -3164,6 +4790,7 @@ KernelPtr pwt_Less(const Node& n) {
       {"ff_?", &make_pointwise<PwtLess_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtLess_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtLess_ii_b, bool, int32_t, int32_t>},
+      {"dd_?", &make_pointwise<PwtLess_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "Less", kinds);
 }
@@ -3173,6 +4800,7 @@ KernelPtr pwt_LessOrEqual(const Node& n) {
       {"ff_?", &make_pointwise<PwtLessOrEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtLessOrEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtLessOrEqual_ii_b, bool, int32_t, int32_t>},
+      {"dd_?", &make_pointwise<PwtLessOrEqual_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "LessOrEqual", kinds);
 }
@@ -3187,6 +4815,7 @@ KernelPtr pwt_Lgamma(const Node& n) {
 KernelPtr pwt_LgammaGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtLgammaGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtLgammaGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "LgammaGrad", kinds);
 }
@@ -3194,6 +4823,7 @@ KernelPtr pwt_LgammaGrad(const Node& n) {
 KernelPtr pwt_Log10(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtLog10_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtLog10_d_d, double, double>},
   };
   return pick_pointwise(n, "Log10", kinds);
 }
@@ -3201,6 +4831,7 @@ KernelPtr pwt_Log10(const Node& n) {
 KernelPtr pwt_Log10Grad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtLog10Grad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtLog10Grad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Log10Grad", kinds);
 }
@@ -3208,6 +4839,7 @@ KernelPtr pwt_Log10Grad(const Node& n) {
 KernelPtr pwt_Log1p(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtLog1p_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtLog1p_d_d, double, double>},
   };
   return pick_pointwise(n, "Log1p", kinds);
 }
@@ -3215,6 +4847,7 @@ KernelPtr pwt_Log1p(const Node& n) {
 KernelPtr pwt_Log1pGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtLog1pGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtLog1pGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Log1pGrad", kinds);
 }
@@ -3222,6 +4855,7 @@ KernelPtr pwt_Log1pGrad(const Node& n) {
 KernelPtr pwt_Log2(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtLog2_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtLog2_d_d, double, double>},
   };
   return pick_pointwise(n, "Log2", kinds);
 }
@@ -3229,6 +4863,7 @@ KernelPtr pwt_Log2(const Node& n) {
 KernelPtr pwt_Log2Grad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtLog2Grad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtLog2Grad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Log2Grad", kinds);
 }
@@ -3236,6 +4871,7 @@ KernelPtr pwt_Log2Grad(const Node& n) {
 KernelPtr pwt_LogAddExp(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtLogAddExp_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtLogAddExp_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "LogAddExp", kinds);
 }
@@ -3243,6 +4879,7 @@ KernelPtr pwt_LogAddExp(const Node& n) {
 KernelPtr pwt_LogAddExpGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtLogAddExpGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtLogAddExpGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "LogAddExpGradA", kinds);
 }
@@ -3250,6 +4887,7 @@ KernelPtr pwt_LogAddExpGradA(const Node& n) {
 KernelPtr pwt_LogAddExpGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtLogAddExpGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtLogAddExpGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "LogAddExpGradB", kinds);
 }
@@ -3264,6 +4902,7 @@ KernelPtr pwt_LogNdtr(const Node& n) {
 KernelPtr pwt_LogNdtrGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtLogNdtrGrad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtLogNdtrGrad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "LogNdtrGrad", kinds);
 }
@@ -3278,6 +4917,7 @@ KernelPtr pwt_Ndtri(const Node& n) {
 KernelPtr pwt_NdtriGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtNdtriGrad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtNdtriGrad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "NdtriGrad", kinds);
 }
@@ -3285,6 +4925,7 @@ KernelPtr pwt_NdtriGrad(const Node& n) {
 KernelPtr pwt_NextAfter(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtNextAfter_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtNextAfter_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "NextAfter", kinds);
 }
@@ -3295,6 +4936,7 @@ KernelPtr pwt_Not(const Node& n) {
       {"l_?", &make_pointwise<PwtNot_l_b, bool, int64_t>},
       {"i_?", &make_pointwise<PwtNot_i_b, bool, int32_t>},
       {"?_?", &make_pointwise<PwtNot_b_b, bool, bool>},
+      {"d_?", &make_pointwise<PwtNot_d_b, bool, double>},
   };
   return pick_pointwise(n, "Not", kinds);
 }
@@ -3304,6 +4946,7 @@ KernelPtr pwt_NotEqual(const Node& n) {
       {"ff_?", &make_pointwise<PwtNotEqual_ff_b, bool, float, float>},
       {"ll_?", &make_pointwise<PwtNotEqual_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtNotEqual_ii_b, bool, int32_t, int32_t>},
+      {"dd_?", &make_pointwise<PwtNotEqual_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "NotEqual", kinds);
 }
@@ -3314,6 +4957,7 @@ KernelPtr pwt_Or(const Node& n) {
       {"ll_?", &make_pointwise<PwtOr_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtOr_ii_b, bool, int32_t, int32_t>},
       {"??_?", &make_pointwise<PwtOr_bb_b, bool, bool, bool>},
+      {"dd_?", &make_pointwise<PwtOr_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "Or", kinds);
 }
@@ -3377,6 +5021,7 @@ KernelPtr pwt_Polygamma4Grad(const Node& n) {
 KernelPtr pwt_PowGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtPowGradA_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtPowGradA_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "PowGradA", kinds);
 }
@@ -3384,6 +5029,7 @@ KernelPtr pwt_PowGradA(const Node& n) {
 KernelPtr pwt_PowGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ffff_f", &make_pointwise<PwtPowGradB_ffff_f, float, float, float, float, float>},
+      {"dddd_d", &make_pointwise<PwtPowGradB_dddd_d, double, double, double, double, double>},
   };
   return pick_pointwise(n, "PowGradB", kinds);
 }
@@ -3391,6 +5037,7 @@ KernelPtr pwt_PowGradB(const Node& n) {
 KernelPtr pwt_Reciprocal(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtReciprocal_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtReciprocal_d_d, double, double>},
   };
   return pick_pointwise(n, "Reciprocal", kinds);
 }
@@ -3398,6 +5045,7 @@ KernelPtr pwt_Reciprocal(const Node& n) {
 KernelPtr pwt_ReciprocalGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtReciprocalGrad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtReciprocalGrad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "ReciprocalGrad", kinds);
 }
@@ -3405,6 +5053,7 @@ KernelPtr pwt_ReciprocalGrad(const Node& n) {
 KernelPtr pwt_Remainder(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtRemainder_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtRemainder_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Remainder", kinds);
 }
@@ -3412,6 +5061,7 @@ KernelPtr pwt_Remainder(const Node& n) {
 KernelPtr pwt_RemainderGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtRemainderGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtRemainderGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "RemainderGradB", kinds);
 }
@@ -3419,6 +5069,7 @@ KernelPtr pwt_RemainderGradB(const Node& n) {
 KernelPtr pwt_Round(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtRound_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtRound_d_d, double, double>},
   };
   return pick_pointwise(n, "Round", kinds);
 }
@@ -3454,6 +5105,7 @@ KernelPtr pwt_ShiftedChebyshevW(const Node& n) {
 KernelPtr pwt_SignBit(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_?", &make_pointwise<PwtSignBit_f_b, bool, float>},
+      {"d_?", &make_pointwise<PwtSignBit_d_b, bool, double>},
   };
   return pick_pointwise(n, "SignBit", kinds);
 }
@@ -3461,6 +5113,7 @@ KernelPtr pwt_SignBit(const Node& n) {
 KernelPtr pwt_Sin(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtSin_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtSin_d_d, double, double>},
   };
   return pick_pointwise(n, "Sin", kinds);
 }
@@ -3468,6 +5121,7 @@ KernelPtr pwt_Sin(const Node& n) {
 KernelPtr pwt_SinGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtSinGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtSinGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "SinGrad", kinds);
 }
@@ -3475,6 +5129,7 @@ KernelPtr pwt_SinGrad(const Node& n) {
 KernelPtr pwt_Sinc(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtSinc_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtSinc_d_d, double, double>},
   };
   return pick_pointwise(n, "Sinc", kinds);
 }
@@ -3482,6 +5137,7 @@ KernelPtr pwt_Sinc(const Node& n) {
 KernelPtr pwt_SincGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtSincGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtSincGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "SincGrad", kinds);
 }
@@ -3489,6 +5145,7 @@ KernelPtr pwt_SincGrad(const Node& n) {
 KernelPtr pwt_Sinh(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtSinh_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtSinh_d_d, double, double>},
   };
   return pick_pointwise(n, "Sinh", kinds);
 }
@@ -3496,6 +5153,7 @@ KernelPtr pwt_Sinh(const Node& n) {
 KernelPtr pwt_SinhGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtSinhGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtSinhGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "SinhGrad", kinds);
 }
@@ -3512,6 +5170,7 @@ KernelPtr pwt_Square(const Node& n) {
       {"f_f", &make_pointwise<PwtSquare_f_f, float, float>},
       {"l_l", &make_pointwise<PwtSquare_l_l, int64_t, int64_t>},
       {"i_i", &make_pointwise<PwtSquare_i_i, int32_t, int32_t>},
+      {"d_d", &make_pointwise<PwtSquare_d_d, double, double>},
   };
   return pick_pointwise(n, "Square", kinds);
 }
@@ -3519,6 +5178,7 @@ KernelPtr pwt_Square(const Node& n) {
 KernelPtr pwt_SquareGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtSquareGrad_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtSquareGrad_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "SquareGrad", kinds);
 }
@@ -3526,6 +5186,7 @@ KernelPtr pwt_SquareGrad(const Node& n) {
 KernelPtr pwt_Tan(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtTan_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtTan_d_d, double, double>},
   };
   return pick_pointwise(n, "Tan", kinds);
 }
@@ -3533,6 +5194,7 @@ KernelPtr pwt_Tan(const Node& n) {
 KernelPtr pwt_TanGrad(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtTanGrad_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtTanGrad_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "TanGrad", kinds);
 }
@@ -3540,6 +5202,7 @@ KernelPtr pwt_TanGrad(const Node& n) {
 KernelPtr pwt_Trunc(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"f_f", &make_pointwise<PwtTrunc_f_f, float, float>},
+      {"d_d", &make_pointwise<PwtTrunc_d_d, double, double>},
   };
   return pick_pointwise(n, "Trunc", kinds);
 }
@@ -3547,6 +5210,7 @@ KernelPtr pwt_Trunc(const Node& n) {
 KernelPtr pwt_Xlog1py(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtXlog1py_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtXlog1py_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Xlog1py", kinds);
 }
@@ -3554,6 +5218,7 @@ KernelPtr pwt_Xlog1py(const Node& n) {
 KernelPtr pwt_Xlog1pyGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtXlog1pyGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtXlog1pyGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Xlog1pyGradA", kinds);
 }
@@ -3561,6 +5226,7 @@ KernelPtr pwt_Xlog1pyGradA(const Node& n) {
 KernelPtr pwt_Xlog1pyGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtXlog1pyGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtXlog1pyGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "Xlog1pyGradB", kinds);
 }
@@ -3568,6 +5234,7 @@ KernelPtr pwt_Xlog1pyGradB(const Node& n) {
 KernelPtr pwt_Xlogy(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"ff_f", &make_pointwise<PwtXlogy_ff_f, float, float, float>},
+      {"dd_d", &make_pointwise<PwtXlogy_dd_d, double, double, double>},
   };
   return pick_pointwise(n, "Xlogy", kinds);
 }
@@ -3575,6 +5242,7 @@ KernelPtr pwt_Xlogy(const Node& n) {
 KernelPtr pwt_XlogyGradA(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtXlogyGradA_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtXlogyGradA_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "XlogyGradA", kinds);
 }
@@ -3582,6 +5250,7 @@ KernelPtr pwt_XlogyGradA(const Node& n) {
 KernelPtr pwt_XlogyGradB(const Node& n) {
   static const PointwiseKind kinds[] = {
       {"fff_f", &make_pointwise<PwtXlogyGradB_fff_f, float, float, float, float>},
+      {"ddd_d", &make_pointwise<PwtXlogyGradB_ddd_d, double, double, double, double>},
   };
   return pick_pointwise(n, "XlogyGradB", kinds);
 }
@@ -3592,6 +5261,7 @@ KernelPtr pwt_Xor(const Node& n) {
       {"ll_?", &make_pointwise<PwtXor_ll_b, bool, int64_t, int64_t>},
       {"ii_?", &make_pointwise<PwtXor_ii_b, bool, int32_t, int32_t>},
       {"??_?", &make_pointwise<PwtXor_bb_b, bool, bool, bool>},
+      {"dd_?", &make_pointwise<PwtXor_dd_b, bool, double, double>},
   };
   return pick_pointwise(n, "Xor", kinds);
 }
@@ -3606,23 +5276,23 @@ KernelPtr pwt_Zeta(const Node& n) {
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(pointwise_table) {
-  r["Acos"] = {pwt_Acos, "float32"};
-  r["AcosGrad"] = {pwt_AcosGrad, "float32"};
-  r["Acosh"] = {pwt_Acosh, "float32"};
-  r["AcoshGrad"] = {pwt_AcoshGrad, "float32"};
+  r["Acos"] = {pwt_Acos, "float32|float64"};
+  r["AcosGrad"] = {pwt_AcosGrad, "float32|float64"};
+  r["Acosh"] = {pwt_Acosh, "float32|float64"};
+  r["AcoshGrad"] = {pwt_AcoshGrad, "float32|float64"};
   r["AiryAi"] = {pwt_AiryAi, "float32"};
-  r["And"] = {pwt_And, "bool,float32|bool,int64|bool,int32|bool"};
-  r["Asin"] = {pwt_Asin, "float32"};
-  r["AsinGrad"] = {pwt_AsinGrad, "float32"};
-  r["Asinh"] = {pwt_Asinh, "float32"};
-  r["AsinhGrad"] = {pwt_AsinhGrad, "float32"};
-  r["Atan"] = {pwt_Atan, "float32"};
-  r["Atan2"] = {pwt_Atan2, "float32"};
-  r["Atan2GradA"] = {pwt_Atan2GradA, "float32"};
-  r["Atan2GradB"] = {pwt_Atan2GradB, "float32"};
-  r["AtanGrad"] = {pwt_AtanGrad, "float32"};
-  r["Atanh"] = {pwt_Atanh, "float32"};
-  r["AtanhGrad"] = {pwt_AtanhGrad, "float32"};
+  r["And"] = {pwt_And, "bool,float32|bool,int64|bool,int32|bool|bool,float64"};
+  r["Asin"] = {pwt_Asin, "float32|float64"};
+  r["AsinGrad"] = {pwt_AsinGrad, "float32|float64"};
+  r["Asinh"] = {pwt_Asinh, "float32|float64"};
+  r["AsinhGrad"] = {pwt_AsinhGrad, "float32|float64"};
+  r["Atan"] = {pwt_Atan, "float32|float64"};
+  r["Atan2"] = {pwt_Atan2, "float32|float64"};
+  r["Atan2GradA"] = {pwt_Atan2GradA, "float32|float64"};
+  r["Atan2GradB"] = {pwt_Atan2GradB, "float32|float64"};
+  r["AtanGrad"] = {pwt_AtanGrad, "float32|float64"};
+  r["Atanh"] = {pwt_Atanh, "float32|float64"};
+  r["AtanhGrad"] = {pwt_AtanhGrad, "float32|float64"};
   r["BesselJ0"] = {pwt_BesselJ0, "float32"};
   r["BesselJ1"] = {pwt_BesselJ1, "float32"};
   r["BesselK0"] = {pwt_BesselK0, "float32"};
@@ -3631,70 +5301,70 @@ PLANNER_REGISTER_KERNELS(pointwise_table) {
   r["BesselK1e"] = {pwt_BesselK1e, "float32"};
   r["BesselY0"] = {pwt_BesselY0, "float32"};
   r["BesselY1"] = {pwt_BesselY1, "float32"};
-  r["Ceil"] = {pwt_Ceil, "float32"};
+  r["Ceil"] = {pwt_Ceil, "float32|float64"};
   r["ChebyshevT"] = {pwt_ChebyshevT, "float32"};
   r["ChebyshevU"] = {pwt_ChebyshevU, "float32"};
   r["ChebyshevV"] = {pwt_ChebyshevV, "float32"};
   r["ChebyshevW"] = {pwt_ChebyshevW, "float32"};
-  r["Clamp"] = {pwt_Clamp, "float32"};
-  r["ClampGradA"] = {pwt_ClampGradA, "float32"};
-  r["ClampGradB"] = {pwt_ClampGradB, "float32"};
-  r["ClampGradC"] = {pwt_ClampGradC, "float32"};
-  r["ClampMax"] = {pwt_ClampMax, "float32"};
-  r["ClampMaxGradA"] = {pwt_ClampMaxGradA, "float32"};
-  r["ClampMaxGradB"] = {pwt_ClampMaxGradB, "float32"};
-  r["ClampMin"] = {pwt_ClampMin, "float32"};
-  r["ClampMinGradA"] = {pwt_ClampMinGradA, "float32"};
-  r["ClampMinGradB"] = {pwt_ClampMinGradB, "float32"};
-  r["CopySign"] = {pwt_CopySign, "float32"};
-  r["CopySignGradA"] = {pwt_CopySignGradA, "float32"};
-  r["Cos"] = {pwt_Cos, "float32"};
-  r["CosGrad"] = {pwt_CosGrad, "float32"};
-  r["Cosh"] = {pwt_Cosh, "float32"};
-  r["CoshGrad"] = {pwt_CoshGrad, "float32"};
-  r["Digamma"] = {pwt_Digamma, "float32"};
-  r["DigammaGrad"] = {pwt_DigammaGrad, "float32"};
-  r["DivFloor"] = {pwt_DivFloor, "float32"};
-  r["DivTrunc"] = {pwt_DivTrunc, "float32"};
-  r["Entr"] = {pwt_Entr, "float32"};
-  r["EntrGrad"] = {pwt_EntrGrad, "float32"};
-  r["Equal"] = {pwt_Equal, "bool,float32|bool,int64|bool,int32"};
-  r["Erfc"] = {pwt_Erfc, "float32"};
-  r["ErfcGrad"] = {pwt_ErfcGrad, "float32"};
+  r["Clamp"] = {pwt_Clamp, "float32|float64"};
+  r["ClampGradA"] = {pwt_ClampGradA, "float32|float64"};
+  r["ClampGradB"] = {pwt_ClampGradB, "float32|float64"};
+  r["ClampGradC"] = {pwt_ClampGradC, "float32|float64"};
+  r["ClampMax"] = {pwt_ClampMax, "float32|float64"};
+  r["ClampMaxGradA"] = {pwt_ClampMaxGradA, "float32|float64"};
+  r["ClampMaxGradB"] = {pwt_ClampMaxGradB, "float32|float64"};
+  r["ClampMin"] = {pwt_ClampMin, "float32|float64"};
+  r["ClampMinGradA"] = {pwt_ClampMinGradA, "float32|float64"};
+  r["ClampMinGradB"] = {pwt_ClampMinGradB, "float32|float64"};
+  r["CopySign"] = {pwt_CopySign, "float32|float64"};
+  r["CopySignGradA"] = {pwt_CopySignGradA, "float32|float64"};
+  r["Cos"] = {pwt_Cos, "float32|float64"};
+  r["CosGrad"] = {pwt_CosGrad, "float32|float64"};
+  r["Cosh"] = {pwt_Cosh, "float32|float64"};
+  r["CoshGrad"] = {pwt_CoshGrad, "float32|float64"};
+  r["Digamma"] = {pwt_Digamma, "float32|float64"};
+  r["DigammaGrad"] = {pwt_DigammaGrad, "float32|float64"};
+  r["DivFloor"] = {pwt_DivFloor, "float32|float64"};
+  r["DivTrunc"] = {pwt_DivTrunc, "float32|float64"};
+  r["Entr"] = {pwt_Entr, "float32|float64"};
+  r["EntrGrad"] = {pwt_EntrGrad, "float32|float64"};
+  r["Equal"] = {pwt_Equal, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["Erfc"] = {pwt_Erfc, "float32|float64"};
+  r["ErfcGrad"] = {pwt_ErfcGrad, "float32|float64"};
   r["Erfcx"] = {pwt_Erfcx, "float32"};
-  r["ErfcxGrad"] = {pwt_ErfcxGrad, "float32"};
+  r["ErfcxGrad"] = {pwt_ErfcxGrad, "float32|float64"};
   r["Erfinv"] = {pwt_Erfinv, "float32"};
-  r["ErfinvGrad"] = {pwt_ErfinvGrad, "float32"};
-  r["Exp2"] = {pwt_Exp2, "float32"};
-  r["Exp2Grad"] = {pwt_Exp2Grad, "float32"};
-  r["Expm1"] = {pwt_Expm1, "float32"};
-  r["Expm1Grad"] = {pwt_Expm1Grad, "float32"};
-  r["Floor"] = {pwt_Floor, "float32"};
-  r["Fmax"] = {pwt_Fmax, "float32"};
-  r["FmaxGradA"] = {pwt_FmaxGradA, "float32"};
-  r["FmaxGradB"] = {pwt_FmaxGradB, "float32"};
-  r["Fmin"] = {pwt_Fmin, "float32"};
-  r["FminGradA"] = {pwt_FminGradA, "float32"};
-  r["FminGradB"] = {pwt_FminGradB, "float32"};
-  r["Fmod"] = {pwt_Fmod, "float32"};
-  r["FmodGradB"] = {pwt_FmodGradB, "float32"};
-  r["Frac"] = {pwt_Frac, "float32"};
+  r["ErfinvGrad"] = {pwt_ErfinvGrad, "float32|float64"};
+  r["Exp2"] = {pwt_Exp2, "float32|float64"};
+  r["Exp2Grad"] = {pwt_Exp2Grad, "float32|float64"};
+  r["Expm1"] = {pwt_Expm1, "float32|float64"};
+  r["Expm1Grad"] = {pwt_Expm1Grad, "float32|float64"};
+  r["Floor"] = {pwt_Floor, "float32|float64"};
+  r["Fmax"] = {pwt_Fmax, "float32|float64"};
+  r["FmaxGradA"] = {pwt_FmaxGradA, "float32|float64"};
+  r["FmaxGradB"] = {pwt_FmaxGradB, "float32|float64"};
+  r["Fmin"] = {pwt_Fmin, "float32|float64"};
+  r["FminGradA"] = {pwt_FminGradA, "float32|float64"};
+  r["FminGradB"] = {pwt_FminGradB, "float32|float64"};
+  r["Fmod"] = {pwt_Fmod, "float32|float64"};
+  r["FmodGradB"] = {pwt_FmodGradB, "float32|float64"};
+  r["Frac"] = {pwt_Frac, "float32|float64"};
   r["FrexpExponent"] = {pwt_FrexpExponent, "float32,int32"};
   r["FrexpMantissa"] = {pwt_FrexpMantissa, "float32"};
   r["FrexpMantissaGrad"] = {pwt_FrexpMantissaGrad, "float32"};
-  r["Greater"] = {pwt_Greater, "bool,float32|bool,int64|bool,int32"};
-  r["GreaterOrEqual"] = {pwt_GreaterOrEqual, "bool,float32|bool,int64|bool,int32"};
-  r["HardSigmoid"] = {pwt_HardSigmoid, "float32"};
-  r["HardSigmoidGrad"] = {pwt_HardSigmoidGrad, "float32"};
-  r["HardSwish"] = {pwt_HardSwish, "float32"};
-  r["HardSwishGrad"] = {pwt_HardSwishGrad, "float32"};
-  r["HardTanh"] = {pwt_HardTanh, "float32"};
-  r["HardTanhGradA"] = {pwt_HardTanhGradA, "float32"};
+  r["Greater"] = {pwt_Greater, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["GreaterOrEqual"] = {pwt_GreaterOrEqual, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["HardSigmoid"] = {pwt_HardSigmoid, "float32|float64"};
+  r["HardSigmoidGrad"] = {pwt_HardSigmoidGrad, "float32|float64"};
+  r["HardSwish"] = {pwt_HardSwish, "float32|float64"};
+  r["HardSwishGrad"] = {pwt_HardSwishGrad, "float32|float64"};
+  r["HardTanh"] = {pwt_HardTanh, "float32|float64"};
+  r["HardTanhGradA"] = {pwt_HardTanhGradA, "float32|float64"};
   r["HermiteH"] = {pwt_HermiteH, "float32"};
   r["HermiteHe"] = {pwt_HermiteHe, "float32"};
-  r["Hypot"] = {pwt_Hypot, "float32"};
-  r["HypotGradA"] = {pwt_HypotGradA, "float32"};
-  r["HypotGradB"] = {pwt_HypotGradB, "float32"};
+  r["Hypot"] = {pwt_Hypot, "float32|float64"};
+  r["HypotGradA"] = {pwt_HypotGradA, "float32|float64"};
+  r["HypotGradB"] = {pwt_HypotGradB, "float32|float64"};
   r["I0"] = {pwt_I0, "float32"};
   r["I0Grad"] = {pwt_I0Grad, "float32"};
   r["I0e"] = {pwt_I0e, "float32"};
@@ -3707,39 +5377,39 @@ PLANNER_REGISTER_KERNELS(pointwise_table) {
   r["IgammaGradB"] = {pwt_IgammaGradB, "float32"};
   r["Igammac"] = {pwt_Igammac, "float32"};
   r["IgammacGradB"] = {pwt_IgammacGradB, "float32"};
-  r["IsFinite"] = {pwt_IsFinite, "bool,float32|bool,int64|bool,int32"};
-  r["IsInf"] = {pwt_IsInf, "bool,float32|bool,int64|bool,int32"};
-  r["IsNaN"] = {pwt_IsNaN, "bool,float32|bool,int64|bool,int32"};
+  r["IsFinite"] = {pwt_IsFinite, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["IsInf"] = {pwt_IsInf, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["IsNaN"] = {pwt_IsNaN, "bool,float32|bool,int64|bool,int32|bool,float64"};
   r["LaguerreL"] = {pwt_LaguerreL, "float32"};
-  r["Ldexp"] = {pwt_Ldexp, "float32"};
-  r["LdexpGradA"] = {pwt_LdexpGradA, "float32"};
-  r["LdexpGradB"] = {pwt_LdexpGradB, "float32"};
+  r["Ldexp"] = {pwt_Ldexp, "float32|float64"};
+  r["LdexpGradA"] = {pwt_LdexpGradA, "float32|float64"};
+  r["LdexpGradB"] = {pwt_LdexpGradB, "float32|float64"};
   r["LegendreP"] = {pwt_LegendreP, "float32"};
-  r["Lerp"] = {pwt_Lerp, "float32"};
-  r["LerpGradA"] = {pwt_LerpGradA, "float32"};
-  r["LerpGradB"] = {pwt_LerpGradB, "float32"};
-  r["LerpGradC"] = {pwt_LerpGradC, "float32"};
-  r["Less"] = {pwt_Less, "bool,float32|bool,int64|bool,int32"};
-  r["LessOrEqual"] = {pwt_LessOrEqual, "bool,float32|bool,int64|bool,int32"};
+  r["Lerp"] = {pwt_Lerp, "float32|float64"};
+  r["LerpGradA"] = {pwt_LerpGradA, "float32|float64"};
+  r["LerpGradB"] = {pwt_LerpGradB, "float32|float64"};
+  r["LerpGradC"] = {pwt_LerpGradC, "float32|float64"};
+  r["Less"] = {pwt_Less, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["LessOrEqual"] = {pwt_LessOrEqual, "bool,float32|bool,int64|bool,int32|bool,float64"};
   r["Lgamma"] = {pwt_Lgamma, "float32"};
-  r["LgammaGrad"] = {pwt_LgammaGrad, "float32"};
-  r["Log10"] = {pwt_Log10, "float32"};
-  r["Log10Grad"] = {pwt_Log10Grad, "float32"};
-  r["Log1p"] = {pwt_Log1p, "float32"};
-  r["Log1pGrad"] = {pwt_Log1pGrad, "float32"};
-  r["Log2"] = {pwt_Log2, "float32"};
-  r["Log2Grad"] = {pwt_Log2Grad, "float32"};
-  r["LogAddExp"] = {pwt_LogAddExp, "float32"};
-  r["LogAddExpGradA"] = {pwt_LogAddExpGradA, "float32"};
-  r["LogAddExpGradB"] = {pwt_LogAddExpGradB, "float32"};
+  r["LgammaGrad"] = {pwt_LgammaGrad, "float32|float64"};
+  r["Log10"] = {pwt_Log10, "float32|float64"};
+  r["Log10Grad"] = {pwt_Log10Grad, "float32|float64"};
+  r["Log1p"] = {pwt_Log1p, "float32|float64"};
+  r["Log1pGrad"] = {pwt_Log1pGrad, "float32|float64"};
+  r["Log2"] = {pwt_Log2, "float32|float64"};
+  r["Log2Grad"] = {pwt_Log2Grad, "float32|float64"};
+  r["LogAddExp"] = {pwt_LogAddExp, "float32|float64"};
+  r["LogAddExpGradA"] = {pwt_LogAddExpGradA, "float32|float64"};
+  r["LogAddExpGradB"] = {pwt_LogAddExpGradB, "float32|float64"};
   r["LogNdtr"] = {pwt_LogNdtr, "float32"};
-  r["LogNdtrGrad"] = {pwt_LogNdtrGrad, "float32"};
+  r["LogNdtrGrad"] = {pwt_LogNdtrGrad, "float32|float64"};
   r["Ndtri"] = {pwt_Ndtri, "float32"};
-  r["NdtriGrad"] = {pwt_NdtriGrad, "float32"};
-  r["NextAfter"] = {pwt_NextAfter, "float32"};
-  r["Not"] = {pwt_Not, "bool,float32|bool,int64|bool,int32|bool"};
-  r["NotEqual"] = {pwt_NotEqual, "bool,float32|bool,int64|bool,int32"};
-  r["Or"] = {pwt_Or, "bool,float32|bool,int64|bool,int32|bool"};
+  r["NdtriGrad"] = {pwt_NdtriGrad, "float32|float64"};
+  r["NextAfter"] = {pwt_NextAfter, "float32|float64"};
+  r["Not"] = {pwt_Not, "bool,float32|bool,int64|bool,int32|bool|bool,float64"};
+  r["NotEqual"] = {pwt_NotEqual, "bool,float32|bool,int64|bool,int32|bool,float64"};
+  r["Or"] = {pwt_Or, "bool,float32|bool,int64|bool,int32|bool|bool,float64"};
   r["Polygamma1"] = {pwt_Polygamma1, "float32"};
   r["Polygamma1Grad"] = {pwt_Polygamma1Grad, "float32"};
   r["Polygamma2"] = {pwt_Polygamma2, "float32"};
@@ -3748,37 +5418,37 @@ PLANNER_REGISTER_KERNELS(pointwise_table) {
   r["Polygamma3Grad"] = {pwt_Polygamma3Grad, "float32"};
   r["Polygamma4"] = {pwt_Polygamma4, "float32"};
   r["Polygamma4Grad"] = {pwt_Polygamma4Grad, "float32"};
-  r["PowGradA"] = {pwt_PowGradA, "float32"};
-  r["PowGradB"] = {pwt_PowGradB, "float32"};
-  r["Reciprocal"] = {pwt_Reciprocal, "float32"};
-  r["ReciprocalGrad"] = {pwt_ReciprocalGrad, "float32"};
-  r["Remainder"] = {pwt_Remainder, "float32"};
-  r["RemainderGradB"] = {pwt_RemainderGradB, "float32"};
-  r["Round"] = {pwt_Round, "float32"};
+  r["PowGradA"] = {pwt_PowGradA, "float32|float64"};
+  r["PowGradB"] = {pwt_PowGradB, "float32|float64"};
+  r["Reciprocal"] = {pwt_Reciprocal, "float32|float64"};
+  r["ReciprocalGrad"] = {pwt_ReciprocalGrad, "float32|float64"};
+  r["Remainder"] = {pwt_Remainder, "float32|float64"};
+  r["RemainderGradB"] = {pwt_RemainderGradB, "float32|float64"};
+  r["Round"] = {pwt_Round, "float32|float64"};
   r["ShiftedChebyshevT"] = {pwt_ShiftedChebyshevT, "float32"};
   r["ShiftedChebyshevU"] = {pwt_ShiftedChebyshevU, "float32"};
   r["ShiftedChebyshevV"] = {pwt_ShiftedChebyshevV, "float32"};
   r["ShiftedChebyshevW"] = {pwt_ShiftedChebyshevW, "float32"};
-  r["SignBit"] = {pwt_SignBit, "bool,float32"};
-  r["Sin"] = {pwt_Sin, "float32"};
-  r["SinGrad"] = {pwt_SinGrad, "float32"};
-  r["Sinc"] = {pwt_Sinc, "float32"};
-  r["SincGrad"] = {pwt_SincGrad, "float32"};
-  r["Sinh"] = {pwt_Sinh, "float32"};
-  r["SinhGrad"] = {pwt_SinhGrad, "float32"};
+  r["SignBit"] = {pwt_SignBit, "bool,float32|bool,float64"};
+  r["Sin"] = {pwt_Sin, "float32|float64"};
+  r["SinGrad"] = {pwt_SinGrad, "float32|float64"};
+  r["Sinc"] = {pwt_Sinc, "float32|float64"};
+  r["SincGrad"] = {pwt_SincGrad, "float32|float64"};
+  r["Sinh"] = {pwt_Sinh, "float32|float64"};
+  r["SinhGrad"] = {pwt_SinhGrad, "float32|float64"};
   r["SphericalBesselJ0"] = {pwt_SphericalBesselJ0, "float32"};
-  r["Square"] = {pwt_Square, "float32|int64|int32"};
-  r["SquareGrad"] = {pwt_SquareGrad, "float32"};
-  r["Tan"] = {pwt_Tan, "float32"};
-  r["TanGrad"] = {pwt_TanGrad, "float32"};
-  r["Trunc"] = {pwt_Trunc, "float32"};
-  r["Xlog1py"] = {pwt_Xlog1py, "float32"};
-  r["Xlog1pyGradA"] = {pwt_Xlog1pyGradA, "float32"};
-  r["Xlog1pyGradB"] = {pwt_Xlog1pyGradB, "float32"};
-  r["Xlogy"] = {pwt_Xlogy, "float32"};
-  r["XlogyGradA"] = {pwt_XlogyGradA, "float32"};
-  r["XlogyGradB"] = {pwt_XlogyGradB, "float32"};
-  r["Xor"] = {pwt_Xor, "bool,float32|bool,int64|bool,int32|bool"};
+  r["Square"] = {pwt_Square, "float32|int64|int32|float64"};
+  r["SquareGrad"] = {pwt_SquareGrad, "float32|float64"};
+  r["Tan"] = {pwt_Tan, "float32|float64"};
+  r["TanGrad"] = {pwt_TanGrad, "float32|float64"};
+  r["Trunc"] = {pwt_Trunc, "float32|float64"};
+  r["Xlog1py"] = {pwt_Xlog1py, "float32|float64"};
+  r["Xlog1pyGradA"] = {pwt_Xlog1pyGradA, "float32|float64"};
+  r["Xlog1pyGradB"] = {pwt_Xlog1pyGradB, "float32|float64"};
+  r["Xlogy"] = {pwt_Xlogy, "float32|float64"};
+  r["XlogyGradA"] = {pwt_XlogyGradA, "float32|float64"};
+  r["XlogyGradB"] = {pwt_XlogyGradB, "float32|float64"};
+  r["Xor"] = {pwt_Xor, "bool,float32|bool,int64|bool,int32|bool|bool,float64"};
   r["Zeta"] = {pwt_Zeta, "float32"};
 }
 
