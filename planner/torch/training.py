@@ -276,7 +276,24 @@ class Trainer:
         for k, values in enumerate(now):
             if k >= len(self._written) or self._written[k] != values:
                 self.executor.set_hyperparameters(values, group=k)
+                self._say_float32_scalars(k, values)
         self._written = now
+
+    def _say_float32_scalars(self, group: int, values: dict[str, float]) -> None:
+        """Once a run: a float64 model's lr or weight decay that float32 does not hold, said
+        (the step reads them as float32 scalars: docs/executor.md, "dtypes")."""
+        if getattr(self, "_float32_told", False) or not any(
+                t.dtype == "float64" and t.role == "param" for t in self.graph.tensors):
+            return
+        for key, value in values.items():
+            held = float(np.float32(value))
+            if held != value:
+                self._float32_told = True
+                print(f"trainer: float64 parameters: param_groups[{group}] {key} {value!r} "
+                      f"enters the update as the float32 {held!r} (the step's scalars are "
+                      f"float32; a value float32 holds, such as a power of two, gives torch's "
+                      f"float64 steps)", file=sys.stderr, flush=True)
+                return
 
     def evaluate(self, *inputs: Any) -> tuple[float, list[np.ndarray]]:
         """The module in eval() mode on the parameters as trained, from the same build

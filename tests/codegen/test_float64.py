@@ -236,3 +236,25 @@ def test_small_integer_token_ids_look_up_through_the_backend_bit_for_bit(ids_dty
         got = compiled(model, fallback=False)(tokens)
         want = model(tokens)
     assert torch.equal(got, want)
+
+
+def test_a_float64_lr_float32_does_not_hold_is_said_once(tmp_path, capsys):
+    """The step's lr is a float32 scalar: a float64 model's lr of 1e-3 steps at
+    1e-3 (1 + 4.7e-8), said in one line naming the group and both values; 2^-10 says nothing."""
+    from planner.torch import trainer
+
+    for lr, said in ((1e-3, True), (LR, False)):
+        model = Pinn().double()
+        data = _pinn_data(2)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        t = trainer(model, (data[0][0],), loss=F.mse_loss, labels=data[0][1], optimizer=opt,
+                    out_dir=tmp_path / str(lr), costs="analytical")
+        capsys.readouterr()
+        for xt, u in data:
+            t.step(xt, u)
+        lines = [x for x in capsys.readouterr().err.splitlines() if "float64 parameters" in x]
+        if said:
+            assert len(lines) == 1 and "param_groups[0] lr 0.001" in lines[0], lines
+            assert repr(float(np.float32(1e-3))) in lines[0]
+        else:
+            assert not lines, lines

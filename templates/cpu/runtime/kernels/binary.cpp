@@ -2,7 +2,7 @@
 // primitives (a float32 AddN of 2 to 4 inputs, and an Add or AddN with a folded Relu or
 // ReluGrad: a plain loop). oneDNN broadcasts only the second source, so an op whose first input
 // is the broadcast one swaps its inputs when it commutes, and otherwise runs a plain loop.
-// float64 (oneDNN 3.2's binary and sum have no f64): the broadcasting loop in double, BiasAdd
+// float64 (oneDNN 3.2's binary and sum have no f64): the broadcast rows in double, BiasAdd
 // and AddN loops in double.
 #include <omp.h>
 
@@ -31,6 +31,7 @@ Shape padded(const Shape& s, size_t rank) {
 // whole or broadcast along all of them, so that a row is one vectorised loop over contiguous
 // (or one repeated) elements of each operand, with one offset computation per row. Each
 // element is one IEEE operation on the same two values: the bits of any other order.
+template <class T>
 class RowBroadcastLoop : public Kernel {
  public:
   RowBroadcastLoop(const Node& n, char op) : op_(op), a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id) {
@@ -66,19 +67,19 @@ class RowBroadcastLoop : public Kernel {
   std::string impl() const override { return "direct:broadcast rows"; }
   void run(const Run& r) override {
     switch (op_) {
-      case '+': return rows(r, [](float x, float z) { return x + z; });
-      case '-': return rows(r, [](float x, float z) { return x - z; });
-      case '*': return rows(r, [](float x, float z) { return x * z; });
-      default: return rows(r, [](float x, float z) { return x / z; });
+      case '+': return rows(r, [](T x, T z) { return x + z; });
+      case '-': return rows(r, [](T x, T z) { return x - z; });
+      case '*': return rows(r, [](T x, T z) { return x * z; });
+      default: return rows(r, [](T x, T z) { return x / z; });
     }
   }
 
  private:
   template <class Op>
   void rows(const Run& r, Op f) const {
-    const float* a = r.at<float>(a_);
-    const float* b = r.at<float>(b_);
-    float* y = r.at<float>(y_);
+    const T* a = r.at<T>(a_);
+    const T* b = r.at<T>(b_);
+    T* y = r.at<T>(y_);
     const int64_t inner = inner_, rows = rows_;
     const int outer = static_cast<int>(outer_.size());
     const int64_t as = a_step_, bs = b_step_;
@@ -91,22 +92,22 @@ class RowBroadcastLoop : public Kernel {
         ia += i * sa_[k];
         ib += i * sb_[k];
       }
-      const float* x = a + ia;
-      const float* z = b + ib;
-      float* out = y + row * inner;
+      const T* x = a + ia;
+      const T* z = b + ib;
+      T* out = y + row * inner;
       if (as && bs) {
 #pragma omp simd
         for (int64_t i = 0; i < inner; ++i) out[i] = f(x[i], z[i]);
       } else if (as) {
-        const float zs = z[0];
+        const T zs = z[0];
 #pragma omp simd
         for (int64_t i = 0; i < inner; ++i) out[i] = f(x[i], zs);
       } else if (bs) {
-        const float xs = x[0];
+        const T xs = x[0];
 #pragma omp simd
         for (int64_t i = 0; i < inner; ++i) out[i] = f(xs, z[i]);
       } else {
-        const float v = f(x[0], z[0]);
+        const T v = f(x[0], z[0]);
         for (int64_t i = 0; i < inner; ++i) out[i] = v;
       }
     }
@@ -187,7 +188,7 @@ KernelPtr binary_prim(const Node& n, dnnl::algorithm alg, int first, int second,
   auto b_md = view_md(padded(n.in[second].shape, r), n.in[second].dtype);
   dnnl::binary::primitive_desc pd(n.engine, alg, y_md, b_md, y_md, user_scratchpad());
   if (reference_impl(pd) && y.dtype == F32 && n.in[0].dtype == F32 && n.in[1].dtype == F32)
-    return std::make_unique<RowBroadcastLoop>(n, op);
+    return std::make_unique<RowBroadcastLoop<float>>(n, op);
   auto k = std::make_unique<DnnlKernel>();
   k->add(dnnl::binary(pd), pd, {{DNNL_ARG_SRC_0, n.in[first].id},
                                 {DNNL_ARG_SRC_1, n.in[second].id}, {DNNL_ARG_DST, y.id}});
@@ -199,7 +200,7 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
   size_t r = y.size();
   if (is_integer(n.in[0].dtype) && op != '/')  // kernels/integer.cpp: wrapping arithmetic
     return int_elementwise(n, op == '+' ? IntOp::Add : op == '-' ? IntOp::Sub : IntOp::Mul);
-  if (all_f64(n)) return std::make_unique<BroadcastLoop<double>>(n, op);
+  if (all_f64(n)) return std::make_unique<RowBroadcastLoop<double>>(n, op);
   const bool low = (n.in[0].dtype == BF16 || n.in[0].dtype == F16) &&
                    n.in[1].dtype == n.in[0].dtype && n.out[0].dtype == n.in[0].dtype;
   if (low && padded(n.in[0].shape, r) == y && padded(n.in[1].shape, r) == y)
@@ -217,7 +218,7 @@ KernelPtr binary(const Node& n, dnnl::algorithm alg, char op, bool commutes) {
       return std::make_unique<RunScalarLoop>(n, op, 1, 0, inner);
     return binary_prim(n, alg, 1, 0, op);
   }
-  return std::make_unique<RowBroadcastLoop>(n, op);
+  return std::make_unique<RowBroadcastLoop<float>>(n, op);
 }
 
 // What a sum loop applies to each sum as it writes it: nothing, a folded Relu (an Add's,
