@@ -127,7 +127,8 @@ def executed(tmp_path_factory):
 # factor in float64: their float outputs within test_op_kernels.py's float32 tolerance (a few
 # ulps of the scale per element, for these well-conditioned cases), the rest (info, pivots,
 # NaN) exact.
-LAPACK_FLOATS = {"MatrixInverse", "MatrixSolve", "Cholesky", "MatrixLuFactor"}
+LAPACK_FLOATS = {"MatrixInverse", "MatrixSolve", "Cholesky", "MatrixLuFactor", "MatrixLdlFactor",
+                 "MatrixLdlSolve"}
 
 
 @pytest.mark.parametrize("label,op,attrs,xs", SAMPLES, ids=[s[0] for s in SAMPLES])
