@@ -43,8 +43,14 @@ import numpy as np
 from planner.errors import UserError
 
 PERSISTENT = ("param", "state", "optimizer-state")
-# Executors kept besides the primary's, least recently used dropped first.
+# Executors kept besides the primary's, least recently used dropped first: by default this
+# many of shapes planned apart (each a plan and build of its own), and of shapes run on a kept
+# range plan's build (an executor only) as many as their arenas hold in WITHIN_BYTES. Under a
+# count of 4 for both, a dynamic-padding run (71 lengths, one range) made an executor again at
+# nearly every step: 53 ms a step where a kept one stepped in 10-32 (the text workload of
+# bench/bench_first_step.py).
 DEFAULT_LIMIT = 4
+WITHIN_BYTES = 1 << 30
 # Shapes planned apart (none in a kept range) after which the run is told the range to declare.
 CHURN = 3
 
@@ -207,14 +213,16 @@ class Shapes:
     build); else, or where the graphs differ, it is planned and built apart."""
 
     def __init__(self, primary: Built, build: Callable[..., Built],
-                 limit: int = DEFAULT_LIMIT, progress: Any = None,
+                 limit: int | None = None, progress: Any = None,
                  within: Callable[[Built, Sequence[np.ndarray]], Built | None] | None = None,
                  examples: Sequence[Any] = ()) -> None:
-        if not isinstance(limit, int) or limit < 0:
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 0):
             raise UserError(f"trainer: shape_cache must be an int >= 0 (executors kept "
                             f"besides the first shape's), not {limit!r}")
         self.primary = primary
-        self.limit = limit
+        self.by_default = limit is None
+        self.limit = DEFAULT_LIMIT if limit is None else limit
         self._build = build
         self._within = within
         self.distinct: set[ShapeKey] = {primary.key}  # every shape the run has brought
@@ -302,6 +310,21 @@ class Shapes:
             for other in [k for k, b in self._others.items() if b.within == key]:
                 del self._others[other]
 
+    def _to_drop(self) -> ShapeKey | None:
+        """The least recently used executor over the bound, or None: with a `shape_cache`
+        given, any beyond that count (a range plan's last: the shapes it holds would
+        otherwise be planned again); by default, one planned apart beyond DEFAULT_LIMIT of
+        them, or one of a range's shapes while their arenas exceed WITHIN_BYTES."""
+        within = [k for k, b in self._others.items() if b.within is not None]
+        if not self.by_default:
+            if len(self._others) <= self.limit:
+                return None
+            return within[0] if within else next(iter(self._others))
+        if sum(_arena_bytes(self._others[k]) for k in within) > WITHIN_BYTES:
+            return within[0]
+        apart = [k for k in self._others if k not in set(within)]
+        return apart[0] if len(apart) > self.limit else None
+
     def _ranges(self) -> list[ShapeKey]:
         return [b.key for b in (self.primary, *self._others.values())
                 if b.choices is not None and b.within is None]
@@ -310,18 +333,17 @@ class Shapes:
         if self.limit == 0 or key == self.primary.key:
             return built
         self._others[key] = built
-        while len(self._others) > self.limit:
-            # The least recently used executor, a range plan's last: the shapes it holds
-            # would otherwise be planned again.
-            old = next((k for k, b in self._others.items() if b.within is not None),
-                       next(iter(self._others)))
+        while (old := self._to_drop()) is not None:
             del self._others[old]
             self._arrays.pop(old, None)
             if not self.drop_told:  # once: shapes that keep changing would say it each step
                 self.drop_told = True
-                print(f"trainer: dropping the executor of shapes {spell(old)} (shape_cache="
-                      f"{self.limit} kept besides the first; later ones are dropped without "
-                      f"a word)", file=self._progress, flush=True)
+                kept = (f"{self.limit} shapes planned apart, and a range's shapes within "
+                        f"{WITHIN_BYTES >> 20} MiB of arenas," if self.by_default
+                        else f"shape_cache={self.limit}")
+                print(f"trainer: dropping the executor of shapes {spell(old)} ({kept} kept "
+                      f"besides the first; later ones are dropped without a word)",
+                      file=self._progress, flush=True)
         return built
 
     def _in_range(self, key: ShapeKey, arrays: Sequence[np.ndarray]) -> Built | None:
@@ -390,3 +412,9 @@ class Shapes:
             return call(built.executor)
         finally:
             hand_over(built, self.primary)
+
+
+def _arena_bytes(built: Built) -> int:
+    """The bytes of the arena an executor holds: its plan's (a range plan's for its shapes)."""
+    memory = built.plan.summary.memory
+    return memory.arena_bytes if memory is not None else 0

@@ -50,7 +50,7 @@ from planner.torch.export_watch import (
 )
 from planner.torch.hooks import backward_hooks
 from planner.torch.norm_modes import cumulative_norms
-from planner.torch.shapes import DEFAULT_LIMIT, Built, Shapes, key_of, spell
+from planner.torch.shapes import Built, Shapes, key_of, spell
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
@@ -423,7 +423,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
             out_dir: str | Path | None = None, accumulate: int = 1,
             costs: Any = None, adaptive: bool = True, shapes: Sequence[Any] = (),
-            shape_cache: int = DEFAULT_LIMIT, data_parallel: bool | int = False,
+            shape_cache: int | None = None, data_parallel: bool | int = False,
             **settings: Any) -> Trainer:
     """Plan, build and load a training executor for `module`.
 
@@ -463,7 +463,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     `(*example_inputs, labels)`; a `step` or `evaluate` of shapes not yet planned plans them
     then (a line on stderr says so), so the last smaller batch of a DataLoader and other
     sequence lengths train in the same run; shape_cache: executors kept besides the first
-    shapes' (least recently used dropped first).
+    shapes' (LRU; default: 4 planned apart, a range's shapes in 1 GiB of arenas).
     data_parallel: under torchrun, True (or the world size)
     plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
     LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
@@ -500,7 +500,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     return t
 
 
-def _shapes(recipe: Recipe, first: Built, limit: int, examples: Sequence[Any]) -> Shapes:
+def _shapes(recipe: Recipe, first: Built, limit: int | None, examples: Sequence[Any]) -> Shapes:
     """The run's shapes from `first`: others planned as `first` was, or run in its range."""
     traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
     return Shapes(first, lambda arrays, imported=None: _build_shape(recipe, arrays, imported),

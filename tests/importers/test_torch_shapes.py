@@ -314,3 +314,25 @@ def test_batches_past_the_range_plan_the_next_one_once_as_in_pytorch(tmp_path, c
     assert "planning and building shapes up to [8, 6], [8] once" in err
     assert t.shapes.planned == 2 and "planning and building them once" not in err
     assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
+
+
+def test_by_default_a_ranges_shapes_keep_their_executors(tmp_path, capsys):
+    """Seven batch sizes in one range, each met twice in turn (dynamic padding's pattern): by
+    default every one keeps its executor (a range's shapes are bounded by their arenas' bytes,
+    not by the count of 4 that re-made one at nearly every step), none dropped, none made
+    twice, and the run is PyTorch's."""
+    model = mlp()
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+    t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path)
+    sizes = [1, 2, 3, 4, 5, 6, 7] * 2
+    made = []
+    batches = [(x[:n], y[:n]) for n in sizes]
+    for b in batches:
+        last = t.step(*b)
+        made.append(id(t.shapes.last.executor))
+    assert len(set(made)) == 7 and made[:7] == made[7:]
+    assert "dropping the executor" not in capsys.readouterr().err
+    assert t.shapes.planned == 1
+    assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
