@@ -83,11 +83,15 @@ def torch_ops(t: dict):
     }
 
 
-def main() -> None:
+def against_torch(graph_and_feeds, torch_ops, name: str, rounds: int, label: str = "op") -> None:
+    """Each op of the graph `graph_and_feeds(rng)` makes, run by its uniform plan's executor
+    (the op's stats() seconds), against `torch_ops(tensors)` on the same feeds, in `--rounds`
+    alternating rounds on `--threads` threads (0: every logical CPU): a table of medians. The
+    one loop of bench_index_ops.py and bench_small_linalg.py."""
     import torch
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--threads", type=int, default=0, help="0: every logical CPU")
     args = parser.parse_args()
     target = detect()
@@ -102,24 +106,28 @@ def main() -> None:
     ours: dict[str, list[float]] = {}
     theirs: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        ex = load(build(render(p, Path(tmp) / "index_ops")).dir).Executor()
+        ex = load(build(render(p, Path(tmp) / name)).dir).Executor()
         ex.forward(feeds)
         for _ in range(args.rounds):
             ex.reset_stats()
             ex.forward(feeds)
             for op in ex.stats()["ops"]:
                 ours.setdefault(op["name"], []).append(op["seconds"])
-            for name, f in ops.items():
+            for key, f in ops.items():
                 t0 = time.perf_counter()
                 f()
-                theirs.setdefault(name, []).append(time.perf_counter() - t0)
+                theirs.setdefault(key, []).append(time.perf_counter() - t0)
     load_avg = os.getloadavg()
     print(f"host: {target.name}; {len(target.logical_cpus)} threads; {args.rounds} alternating "
           f"rounds; load average {load_avg[0]:.2f}")
-    print(f"{'op':<16}{'ours ms':>9}{'torch ms':>10}{'ratio':>7}")
-    for name in ops:
-        a, t = (float(np.median(d[name])) * 1e3 for d in (ours, theirs))
-        print(f"{name:<16}{a:>9.3f}{t:>10.3f}{a / t:>7.2f}")
+    print(f"{label:<16}{'ours ms':>9}{'torch ms':>10}{'ratio':>7}")
+    for key in ops:
+        a, t = (float(np.median(d[key])) * 1e3 for d in (ours, theirs))
+        print(f"{key:<16}{a:>9.3f}{t:>10.3f}{a / t:>7.2f}")
+
+
+def main() -> None:
+    against_torch(graph_and_feeds, torch_ops, "index_ops", rounds=21)
 
 
 if __name__ == "__main__":

@@ -11,25 +11,14 @@ op once) so load changes hit both alike; the table gives medians over rounds.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
-import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codegen.build import build  # noqa: E402
-from codegen.load import load  # noqa: E402
-from codegen.render import render  # noqa: E402
 from planner.graph import GraphBuilder  # noqa: E402
-from planner.pipeline import PlanOptions, plan  # noqa: E402
-from planner.schedule import ScheduleOptions  # noqa: E402
-from planner.target.detect import detect  # noqa: E402
 
 SIZES = [(8, 512), (32, 128), (128, 8)]  # (n, batch): n x n matrices
 
@@ -60,42 +49,9 @@ def torch_ops(t: dict):
 
 
 def main() -> None:
-    import torch
+    from bench_index_ops import against_torch
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--threads", type=int, default=0, help="0: every logical CPU")
-    args = parser.parse_args()
-    target = detect()
-    if args.threads:
-        target = target.model_copy(update={"logical_cpus": target.logical_cpus[:args.threads]})
-    torch.set_num_threads(len(target.logical_cpus))
-    graph, feeds = graph_and_feeds(np.random.default_rng(0))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = plan(graph, target, options=PlanOptions(schedule=ScheduleOptions(strategy="uniform")))
-    ops = torch_ops({k: torch.from_numpy(v) for k, v in feeds.items()})
-    ours: dict[str, list[float]] = {}
-    theirs: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        ex = load(build(render(p, Path(tmp) / "small_linalg")).dir).Executor()
-        ex.forward(feeds)
-        for _ in range(args.rounds):
-            ex.reset_stats()
-            ex.forward(feeds)
-            for op in ex.stats()["ops"]:
-                ours.setdefault(op["name"], []).append(op["seconds"])
-            for name, f in ops.items():
-                t0 = time.perf_counter()
-                f()
-                theirs.setdefault(name, []).append(time.perf_counter() - t0)
-    load_avg = os.getloadavg()
-    print(f"host: {target.name}; {len(target.logical_cpus)} threads; {args.rounds} alternating "
-          f"rounds; load average {load_avg[0]:.2f}")
-    print(f"{'op (n x batch)':<16}{'ours ms':>9}{'torch ms':>10}{'ratio':>7}")
-    for name in ops:
-        a, t = (float(np.median(d[name])) * 1e3 for d in (ours, theirs))
-        print(f"{name:<16}{a:>9.3f}{t:>10.3f}{a / t:>7.2f}")
+    against_torch(graph_and_feeds, torch_ops, "small_linalg", rounds=11, label="op (n x batch)")
 
 
 if __name__ == "__main__":
