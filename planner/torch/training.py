@@ -182,7 +182,7 @@ class Trainer:
         self._stepped: Built | None = None  # the shapes the last step ran on (`trace`)
         # The module's tensors made views of the executor (load_into, params(copy=False)):
         # a measured plan is then not swapped in (_refine).
-        self._viewed = self._viewed_told = False
+        self._viewed = self._viewed_told = self._float32_told = False
         if optimizer is not None:
             from planner.torch.optimizers import compiled
 
@@ -282,7 +282,7 @@ class Trainer:
     def _say_float32_scalars(self, group: int, values: dict[str, float]) -> None:
         """Once a run: a float64 model's lr or weight decay that float32 does not hold, said
         (the step reads them as float32 scalars: docs/executor.md, "dtypes")."""
-        if getattr(self, "_float32_told", False) or not any(
+        if self._float32_told or not any(
                 t.dtype == "float64" and t.role == "param" for t in self.graph.tensors):
             return
         for key, value in values.items():
