@@ -77,6 +77,14 @@ struct Io {
     d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes() +
                       ex.packed_weight_bytes();
     d["schedule"] = schedule_stats(ex.schedule_choice());
+    // libgomp's spinning in this process (busy_host.h): throttled while the steps' threads
+    // wait for CPUs other processes hold.
+    const BusyHost& host = BusyHost::process();
+    nb::dict spin;
+    spin["throttled"] = host.throttled();
+    spin["run_delay_share"] = host.busy_share();
+    spin["user_set"] = host.user_set();
+    d["spin"] = spin;
   }
   // Which schedule ran (the main one or a variant for fewer free cores), why, and what each
   // measured (choice.h).

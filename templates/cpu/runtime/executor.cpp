@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <pthread.h>
 
+#include "busy_host.h"
 #include "granted.h"
 
 #include <algorithm>
@@ -371,10 +372,11 @@ void Executor::run_step() {
       step_began_ = std::chrono::steady_clock::now();
       release_callers_team(lanes);  // timed: the choice compares what a step costs
       lanes.step(watchdog_seconds_);
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count();
+      BusyHost::process().after_step(wall, lanes.waited(), lanes.count());
       // The choice compares steps of one kind: with accumulation, the micro-batches'.
-      if (micro_batch_only_ || schedule().micro_batches < 2)
-        choice_.after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                         step_began_).count());
+      if (micro_batch_only_ || schedule().micro_batches < 2) choice_.after_step(wall);
     } catch (const std::exception& e) {
       throw StepError(e.what());
     }
@@ -391,6 +393,8 @@ void Executor::run_serial() {
   const bool choose = !inherited();
   const int chosen = choose ? team_choice_.before_step(granted_cores()) : 0;
   Variant* x = chosen == 0 ? nullptr : &variant(chosen - 1);
+  const RunDelay delay;  // this thread's: its team's master runs every op
+  const int64_t delay_before = delay.now();
   step_began_ = std::chrono::steady_clock::now();
   int saved_threads = omp_get_max_threads();
   for (int k = 0; k < s.num_ops; ++k) {
@@ -407,9 +411,14 @@ void Executor::run_serial() {
     }
   }
   omp_set_num_threads(saved_threads);
-  if (choose && (micro_batch_only_ || s.micro_batches < 2))
-    team_choice_.after_step(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count();
+  const int64_t delay_after = delay.now();
+  if (choose)
+    BusyHost::process().after_step(
+        wall, delay_before < 0 || delay_after < 0 ? -1.0 : (delay_after - delay_before) * 1e-9,
+        1);
+  if (choose && (micro_batch_only_ || s.micro_batches < 2)) team_choice_.after_step(wall);
   steps_ += 1;
 }
 

@@ -24,6 +24,7 @@ Lanes::Lanes(const Schedule& s, OpFn create, OpFn run, int jitter_us)
   loose_pinned_.assign(s.num_lanes, 0);
   lane_cv_ = std::vector<std::condition_variable>(s.num_lanes);
   waiting_on_.assign(s.num_lanes, -1);
+  delays_.resize(s.num_lanes);
   for (int k = 0; k < s.num_ops; ++k) ops_[s.ops[k].lane].push_back(k);
   std::vector<int> lane_of_cpu;
   for (int k = 0; k < s.num_ops; ++k)
@@ -96,6 +97,16 @@ static void pin_self(const int* cpus, int n) {
     CPU_SET(cpus[t], &set);
   }
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+int64_t Lanes::run_delay_ns() const {
+  int64_t sum = 0;
+  for (const auto& d : delays_) {
+    const int64_t ns = d ? d->now() : -1;
+    if (ns < 0) return -1;
+    sum += ns;
+  }
+  return sum;
 }
 
 void Lanes::release_teams() {
@@ -204,6 +215,7 @@ bool Lanes::waits_within(int k, const std::vector<int>& mine, size_t from, size_
 void Lanes::lane_main(int lane) {
   const std::vector<int>& mine = ops_[lane];
   // Load: this lane's kernels, created on the thread that will run them.
+  auto delay = std::make_unique<RunDelay>();  // opened here: this thread's own count
   std::exception_ptr failed;
   for (int k : mine) {
     try {
@@ -217,6 +229,7 @@ void Lanes::lane_main(int lane) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed && !error_) error_ = failed;
+    delays_[lane] = std::move(delay);
     created_ += 1;
   }
   load_cv_.notify_one();
@@ -306,6 +319,7 @@ void Lanes::lane_main(int lane) {
 void Lanes::step(double watchdog_seconds) {
   if (broken_) throw std::runtime_error("a previous step stalled; create a new executor");
   std::unique_lock<std::mutex> lock(mu_);
+  const int64_t delay_before = run_delay_ns();
   epoch_ += 1;
   remaining_ = s_.num_ops;
   error_ = nullptr;
@@ -333,6 +347,10 @@ void Lanes::step(double watchdog_seconds) {
                                waiting);
     }
   }
+  // Read when the last op finished: a lane may still be on its way back to wait, its run
+  // delay from here on is the next step's.
+  const int64_t delay_after = run_delay_ns();
+  waited_ = delay_before < 0 || delay_after < 0 ? -1.0 : (delay_after - delay_before) * 1e-9;
   if (error_) {
     std::exception_ptr e = error_;
     int op = error_op_;

@@ -23,12 +23,14 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sched.h>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "busy_host.h"
 #include "schedule.h"
 
 namespace planner {
@@ -81,8 +83,12 @@ class Lanes {
   // Whether two lanes run ops on one CPU: a lane's team borrows a CPU where another lane's
   // thread runs its own ops (executor.cpp's release_callers_team says why it matters).
   bool shares_cpus() const { return shares_cpus_; }
+  // The seconds the lanes' threads spent runnable but not running in the last step, summed
+  // over lanes (busy_host.h); -1 where the kernel keeps no such count.
+  double waited() const { return waited_; }
 
  private:
+  int64_t run_delay_ns() const;  // summed over the lanes' threads; -1 unreadable
   void lane_main(int lane);
   void shutdown();
   bool waits_within(int k, const std::vector<int>& mine, size_t from, size_t to) const;
@@ -120,6 +126,8 @@ class Lanes {
   bool broken_ = false;
   std::exception_ptr error_;
   int error_op_ = -1;  // the op that failed the step, -1 while none did
+  std::vector<std::unique_ptr<RunDelay>> delays_;  // per lane: its thread's, made there
+  double waited_ = -1.0;
 };
 
 }  // namespace planner
