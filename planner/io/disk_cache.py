@@ -8,6 +8,9 @@ Under the cache folder (planner.io.write.cache_root: $PLANNER_CACHE, else ~/.cac
                                   holds a shared flock on it while it lives, and touches it
     KIND-runtime-KEY/             a kernel library (codegen.build.build_runtime)
     KIND-runtime-KEY.lock, .use   its build lock, and its use lock and stamp
+    records/KEY/                  a traced program's decomposed record (KBs), KEY the digest of
+                                  the trace (planner/importers/torch/record_cache.py)
+    records/.KEY.use              its use lock and last-use stamp
 
 `prune` removes the least recently used first until the entries' total is at most the bound,
 skipping what is in use: an entry whose build lock or use lock another holder has (a process
@@ -65,7 +68,7 @@ class Entry(Record):
     """One kept package or runtime: its folder, size in bytes and last use (seconds since the
     epoch: its use stamp's time, else the folder's)."""
 
-    kind: Literal["package", "runtime"]
+    kind: Literal["package", "runtime", "record"]
     name: str
     path: str
     bytes: int
@@ -75,6 +78,11 @@ class Entry(Record):
 def packages_root(root: Path | None = None) -> Path:
     """Where built packages are kept: <cache>/packages."""
     return (root or cache_root()) / "packages"
+
+
+def records_root(root: Path | None = None) -> Path:
+    """Where traced programs' records are kept: <cache>/records."""
+    return (root or cache_root()) / "records"
 
 
 def max_bytes() -> int:
@@ -108,11 +116,12 @@ def parse_bytes(text: str) -> int:
 
 
 def entries(root: Path | None = None) -> tuple[Entry, ...]:
-    """The packages and runtimes kept under `root` (default: the cache folder), least recently
-    used first."""
+    """The packages, runtimes and records kept under `root` (default: the cache folder), least
+    recently used first."""
     root = root or cache_root()
     found = [_entry("package", p) for p in _folders(packages_root(root))]
     found += [_entry("runtime", p) for p in _folders(root) if _RUNTIME.match(p.name)]
+    found += [_entry("record", p) for p in _folders(records_root(root))]
     # A folder removed while listed (another process's prune) is left out.
     return tuple(sorted((e for e in found if e is not None), key=lambda e: (e.last_use, e.name)))
 
@@ -152,13 +161,13 @@ def mark_used(folder: Path) -> None:
 
 
 def _use_file(folder: Path) -> Path:
-    if folder.parent.name == "packages":
+    if folder.parent.name in ("packages", "records"):
         return folder.parent / f".{folder.name}.use"
     return folder.parent / f"{folder.name}.use"
 
 
 def _lock_file(folder: Path) -> Path:
-    if folder.parent.name == "packages":
+    if folder.parent.name in ("packages", "records"):
         return folder.parent / f".{folder.name}.lock"
     return folder.parent / f"{folder.name}.lock"
 
@@ -171,7 +180,7 @@ def _folders(root: Path) -> list[Path]:
         return []
 
 
-def _entry(kind: Literal["package", "runtime"], folder: Path) -> Entry | None:
+def _entry(kind: Literal["package", "runtime", "record"], folder: Path) -> Entry | None:
     try:
         last = _use_file(folder).stat().st_mtime
     except OSError:

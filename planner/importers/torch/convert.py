@@ -190,6 +190,28 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
             op._dispatch_cache.clear()
 
 
+def recorded(program: Any, module_root: str = "") -> Program:
+    """The record of an ExportedProgram traced in this process: the one kept from an earlier
+    trace of the same program (planner/importers/torch/record_cache.py), else decomposed and
+    recorded now, and kept."""
+    from planner.importers.torch import record_cache
+
+    folder = record_cache.folder(program, module_root)
+    kept = record_cache.load(folder, program) if folder is not None else None
+    if kept is not None:
+        return kept
+    detach_grad_off(program)  # before the decomposition inlines no_grad regions
+    try:
+        program = decompose(program)
+    except Exception as e:  # a program torch itself cannot decompose
+        raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    record = from_exported(program, module_root)
+    if folder is not None:
+        record_cache.store(folder, record)
+    return record
+
+
 def convert(program: Any, name: str = "torch", module_root: str = "",
             complex_inputs: bool = False) -> TorchImport:
     """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
@@ -201,13 +223,7 @@ def convert(program: Any, name: str = "torch", module_root: str = "",
     feeds as torch.view_as_real of the tensor and never differentiates (torch.compile's pieces
     take a module's buffers as inputs); otherwise it is refused."""
     if not isinstance(program, Program):
-        detach_grad_off(program)  # before the decomposition inlines no_grad regions
-        try:
-            program = decompose(program)
-        except Exception as e:  # a program torch itself cannot decompose
-            raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
-                                   f"{str(e).splitlines()[0] if str(e) else ''}") from None
-        program = from_exported(program, module_root)
+        program = recorded(program, module_root)
     # Buffers and frozen parameters are state: read, never trained.
     buffers = {i.target for i in program.inputs
                if i.kind == "buffer" or (i.kind == "parameter" and not i.trainable)}

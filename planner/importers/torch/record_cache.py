@@ -1,0 +1,219 @@
+"""Records kept per host: a program traced again (the next process of the same script, a
+notebook's restart) skips torch's decomposition and the record.
+
+Decomposing a traced program (torch.export's run_decompositions) and recording it
+(record.from_exported) were more than half of a restarted trainer's tracing: 10.0 of 15.8 s of
+the CNN script's three traces under cProfile at load 9 (bench/first_step_loop.py). Both are
+functions of the traced program alone, so the record is kept under a key of everything they read
+from it: the graph's code; every node's metadata they read (its value's shape, dtype, strides and
+offset, the module stack and source line messages name); the signature and the symbolic ranges;
+the module root; torch's version and this importer's own sources (a rule or a kept op changed:
+another key). Nothing the user wrote is trusted to stand for the program: the key is made from
+what torch traced in this process, after the trace, so an edit of the model's code, a flag read
+in forward, another shape, another torch, each gives another key.
+
+The state's values are never kept: a record read back takes its tensors from this process's
+program (the user's weights now, not the run that wrote it), and is used only where their names,
+shapes and dtypes are the ones recorded; else, or where the file cannot be read, the program is
+decomposed as if nothing were kept (and the record written again). A record is JSON of plain
+values (torch's dtype, device, layout and memory format by name, looked up as those types only);
+one that holds anything else is not kept. Records live in <cache>/records/KEY/ beside the built
+packages, listed and pruned with them (planner/io/disk_cache.py, `planner cache`).
+
+>>> decoded(encoded((Ref("x"), [1, 2.5, None], {"dim": -1})))
+(Ref(name='x'), [1, 2.5, None], {'dim': -1})
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from planner.importers.torch.record import Call, Input, Output, Program, Tensor, Value, _tensor
+from planner.importers.torch.ref import Ref
+
+# Bumped when the file's layout changes (older records are then another key, never misread).
+FORMAT = 1
+FILE = "record.json"
+_TORCH_KINDS = ("dtype", "device", "layout", "memory_format")
+
+
+class NotKept(ValueError):
+    """A value the record's JSON has no form for: the record is not kept."""
+
+
+def key(program: Any, root: str) -> str:
+    """The key of what decomposing and recording `program` (an ExportedProgram traced in this
+    process) reads from it, with module paths less `root` (module docstring)."""
+    import torch
+
+    h = hashlib.sha256()
+    h.update(f"{FORMAT}\0{torch.__version__}\0{root}\0{_sources_digest()}\0".encode())
+    h.update(program.graph_module.code.encode())
+    h.update(str(program.graph_signature).encode())
+    h.update(str(getattr(program, "range_constraints", "")).encode())
+    for node in program.graph_module.graph.nodes:
+        meta = node.meta
+        h.update(f"\0{node.name}\0{_meta_text(meta.get('val'))}\0".encode())
+        h.update(str(meta.get("nn_module_stack", "")).encode())
+        h.update(str(meta.get("stack_trace", "")).encode())
+    for name, t in sorted({**(getattr(program, "constants", {}) or {}),
+                           **program.state_dict}.items()):
+        h.update(f"\0{name}\0{_meta_text(t)}\0{getattr(t, 'requires_grad', '')}".encode())
+    return h.hexdigest()[:32]
+
+
+def folder(program: Any, root: str) -> Path | None:
+    """Where the record of `program` is kept: <cache>/records/KEY; None where there is no cache
+    folder (no home, $PLANNER_CACHE not a folder): nothing kept."""
+    from planner.errors import UserError
+    from planner.io.disk_cache import records_root
+
+    try:
+        return records_root() / key(program, root)
+    except UserError:
+        return None
+
+
+def load(folder: Path, program: Any) -> Program | None:
+    """The record kept in `folder` with its tensors from `program` (this process's trace), or
+    None where there is none, it cannot be read, or its state differs from `program`'s."""
+    from planner.io.disk_cache import mark_used
+
+    try:
+        data = json.loads((folder / FILE).read_text())
+        record = _program(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    tensors = _tensors(program)
+    held = {k: [list(t.shape), t.dtype] for k, t in tensors.items()}
+    if held != data["tensors"]:
+        return None
+    mark_used(folder)
+    return Program(record.inputs, record.calls, record.outputs, tensors)
+
+
+def store(folder: Path, record: Program) -> None:
+    """Keep `record` in `folder` (its state by name, shape and dtype only); nothing where the
+    record holds a value JSON has no form for, or the cache cannot be written."""
+    from planner.errors import NotWritten
+    from planner.io.write import atomic_write
+
+    try:
+        text = json.dumps({
+            "format": FORMAT,
+            "inputs": [encoded(vars(i)) for i in record.inputs],
+            "calls": [encoded({k: getattr(c, k) for k in Call.__dataclass_fields__})
+                      for c in record.calls],
+            "outputs": [encoded(vars(o)) for o in record.outputs],
+            "tensors": {k: [list(t.shape), t.dtype] for k, t in record.tensors.items()}})
+    except NotKept:
+        return
+    try:
+        atomic_write(folder / FILE, text)
+    except NotWritten:
+        pass  # a read-only cache: the next process decomposes again
+
+
+def encoded(v: Any) -> Any:
+    """`v` as JSON values: tuples, dicts, Refs, Values and torch's enums tagged."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, Ref):
+        return {"$ref": v.name}
+    if isinstance(v, Value):
+        return {"$value": encoded(vars(v))}
+    if isinstance(v, tuple):
+        return {"$tuple": [encoded(i) for i in v]}
+    if isinstance(v, list):
+        return [encoded(i) for i in v]
+    if isinstance(v, dict):
+        return {"$dict": [[encoded(k), encoded(i)] for k, i in v.items()]}
+    kind = _torch_kind(v)
+    if kind is None:
+        raise NotKept(f"{type(v).__name__} value")
+    return {f"${kind}": str(v).removeprefix("torch.")}
+
+
+def decoded(v: Any) -> Any:
+    """The value `encoded` made `v` from."""
+    if isinstance(v, list):
+        return [decoded(i) for i in v]
+    if not isinstance(v, dict):
+        return v
+    (tag, body), = v.items()
+    if tag == "$ref":
+        return Ref(str(body))
+    if tag == "$value":
+        fields = decoded(body)
+        return Value(**{k: tuple(x) if isinstance(x, list) else x for k, x in fields.items()})
+    if tag == "$tuple":
+        return tuple(decoded(i) for i in body)
+    if tag == "$dict":
+        return {decoded(k): decoded(i) for k, i in body}
+    return _torch_value(tag.removeprefix("$"), body)
+
+
+def _program(data: dict) -> Program:
+    if data.get("format") != FORMAT:
+        raise ValueError("another format")
+    return Program(tuple(Input(**decoded(i)) for i in data["inputs"]),
+                   tuple(Call(**decoded(c)) for c in data["calls"]),
+                   tuple(Output(**decoded(o)) for o in data["outputs"]))
+
+
+def _tensors(program: Any) -> dict[str, Tensor]:
+    """The program's state as from_exported takes it: its constants, then its state_dict."""
+    return {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
+               if hasattr(v, "shape")},
+            **{k: _tensor(v) for k, v in program.state_dict.items()}}
+
+
+def _meta_text(val: Any) -> str:
+    """A node's value as the record reads it: a tensor's shape, dtype, strides and offset (as
+    torch prints its sizes, symbols included); containers item by item; a number by repr."""
+    if isinstance(val, (tuple, list)):
+        return "(" + ",".join(_meta_text(v) for v in val) + ")"
+    if hasattr(val, "shape") and hasattr(val, "dtype"):
+        strides = val.stride() if callable(getattr(val, "stride", None)) else ""
+        offset = val.storage_offset() if callable(getattr(val, "storage_offset", None)) else ""
+        return f"T{tuple(val.shape)}{val.dtype}{strides}@{offset}"
+    return repr(val)
+
+
+def _torch_kind(v: Any) -> str | None:
+    import torch
+
+    types = {"dtype": torch.dtype, "device": torch.device, "layout": torch.layout,
+             "memory_format": torch.memory_format}
+    return next((k for k, t in types.items() if isinstance(v, t)), None)
+
+
+def _torch_value(kind: str, name: Any) -> Any:
+    """torch's dtype, device, layout or memory format `name`, as that type only."""
+    import torch
+
+    if kind not in _TORCH_KINDS or not isinstance(name, str):
+        raise ValueError(f"no {kind!r} value")
+    if kind == "device":
+        return torch.device(name)
+    value = getattr(torch, name, None)
+    if _torch_kind(value) != kind:
+        raise ValueError(f"torch.{name} is no {kind}")
+    return value
+
+
+_SOURCES: list[str] = []
+
+
+def _sources_digest() -> str:
+    """The digest of this importer's sources (its rules, the ops it keeps whole), read once."""
+    if not _SOURCES:
+        h = hashlib.sha256()
+        here = Path(__file__).resolve().parent
+        for path in sorted(here.glob("*.py")):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+        _SOURCES.append(h.hexdigest())
+    return _SOURCES[0]

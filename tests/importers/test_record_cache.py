@@ -1,0 +1,122 @@
+"""Traced programs' records kept per host (planner/importers/torch/record_cache.py): a program
+traced again is imported from its kept record, into the same graph, with this trace's weights;
+another program, another shape or a changed forward is another key; a damaged record is
+decomposed again, never trusted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from planner.importers.torch import convert as convert_module  # noqa: E402
+from planner.importers.torch import record_cache  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
+from planner.io.disk_cache import entries  # noqa: E402
+from planner.torch.training import export  # noqa: E402
+
+
+class Net(torch.nn.Module):
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 6 * 6, 10)
+        self.scale = scale
+        self.register_buffer("mask", torch.ones(10))
+
+    def forward(self, x):
+        x = self.bn(self.conv(x)).relu().to(torch.float64).to(torch.float32)
+        return self.fc(x.flatten(1)) * self.mask * self.scale
+
+
+def traced(model, batch=4):
+    torch.manual_seed(1)
+    x, y = torch.randn(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
+    return export(model, (x,), torch.nn.functional.cross_entropy, y)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def decompositions(monkeypatch):
+    """How many programs were decomposed (the real decomposition, counted)."""
+    calls = []
+    real = convert_module.decompose
+
+    def counted(program, extra=None):
+        calls.append(program)
+        return real(program, extra)
+
+    monkeypatch.setattr(convert_module, "decompose", counted)
+    return calls
+
+
+def test_a_program_traced_again_is_imported_from_its_record(cache, decompositions):
+    torch.manual_seed(0)
+    model = Net()
+    first = convert(traced(model), module_root="model")
+    again = convert(traced(model), module_root="model")
+    assert len(decompositions) == 1
+    assert [e.kind for e in entries(cache)] == ["record"]
+    assert again.graph == first.graph and again.inputs == first.inputs
+    assert again.counters == first.counters and again.outputs == first.outputs
+    mine, theirs = first.params(), again.params()
+    assert mine.keys() == theirs.keys()
+    for name in mine:
+        np.testing.assert_array_equal(mine[name], theirs[name])
+
+
+def test_the_weights_are_this_traces_not_the_records(cache, decompositions):
+    torch.manual_seed(0)
+    model = Net()
+    convert(traced(model), module_root="model")
+    with torch.no_grad():
+        model.fc.weight.mul_(3.0)
+        model.mask.fill_(0.5)
+    again = convert(traced(model), module_root="model")
+    assert len(decompositions) == 1
+    params = again.params()
+    np.testing.assert_array_equal(params["model.fc.weight"], model.fc.weight.detach().numpy())
+    np.testing.assert_array_equal(params["model.mask"], np.full(10, 0.5, np.float32))
+
+
+def test_another_shape_or_forward_is_another_record(cache, decompositions):
+    torch.manual_seed(0)
+    model = Net()
+    convert(traced(model), module_root="model")
+    convert(traced(model, batch=8), module_root="model")
+    model.scale = 2.0  # an attribute forward reads: a constant of the trace
+    convert(traced(model), module_root="model")
+    convert(traced(model), module_root="")  # other module paths
+    assert len(decompositions) == 4
+    assert len(entries(cache)) == 4
+
+
+def test_a_damaged_record_is_decomposed_again(cache, decompositions):
+    torch.manual_seed(0)
+    model = Net()
+    first = convert(traced(model), module_root="model")
+    (kept,) = entries(cache)
+    path = f"{kept.path}/{record_cache.FILE}"
+    for damage in ('{"format": 1, "inputs": [{"$int64": "x"}]}', "not json", ""):
+        with open(path, "w") as f:
+            f.write(damage)
+        again = convert(traced(model), module_root="model")
+        assert again.graph == first.graph
+    assert len(decompositions) == 4
+
+
+def test_torch_values_are_read_back_as_their_types_only():
+    assert record_cache.decoded(record_cache.encoded(torch.float16)) is torch.float16
+    assert record_cache.decoded(record_cache.encoded(torch.device("cpu"))) == torch.device("cpu")
+    for bad in ({"$dtype": "nn"}, {"$layout": "float32"}, {"$module": "os"}):
+        with pytest.raises(ValueError):
+            record_cache.decoded(bad)
+    with pytest.raises(record_cache.NotKept):
+        record_cache.encoded(object())
