@@ -235,11 +235,12 @@ def describe(listed: tuple[Entry, ...], now: float | None = None) -> str:
     now = time.time() if now is None else now
     lines = [f"{e.kind:<8} {_mib(e.bytes):>9}  {_ago(now - e.last_use):>9}  {e.name}"
              for e in listed]
-    packages = sum(e.kind == "package" for e in listed)
+    count = {k: sum(e.kind == k for e in listed) for k in ("package", "runtime", "record")}
+    kinds = ", ".join(f"{c} {k}{'' if c == 1 else 's'}" for k, c in count.items()
+                      if c or k != "record")
     n = len(listed)
     lines.append(f"{'total':<8} {_mib(sum(e.bytes for e in listed)):>9}  {n} "
-                 f"entr{'y' if n == 1 else 'ies'} ({packages} package{'' if packages == 1 else 's'}"
-                 f", {n - packages} runtime{'' if n - packages == 1 else 's'})")
+                 f"entr{'y' if n == 1 else 'ies'} ({kinds})")
     return "\n".join(lines)
 
 
