@@ -1,0 +1,141 @@
+"""Convolution weights kept in the layout their kernels read (templates/cpu/runtime/
+weight_layouts.h, issue 89): a step on kept weights gives the plain-layout executor's bits in
+every parameter and optimizer state over several SGD-with-momentum and Adam steps, read back
+through every edge (params(), a checkpoint saved and loaded, load_params, evaluate(), a live
+view, which releases the weight to plain); and the kept executor's convolutions run no
+reorder of their weights or weight gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.build import build
+from codegen.load import load
+from codegen.render import render
+from planner.frontend.autodiff import make_training_graph
+from planner.graph.interpret import random_feeds
+from planner.graph.optimizer import Optimizer
+from tests.codegen.helpers import host_plan, start_state
+
+# Each optimizer, and the tensors per weight it keeps in the kernels' layout: the weight and
+# its optimizer state (the gradient is no parameter or state: not counted).
+OPTIMIZERS = {
+    "sgd": (Optimizer(kind="sgd", lr=0.05, weight_decay=1e-3), 1),
+    "momentum": (Optimizer(kind="momentum", lr=0.05, momentum=0.9, weight_decay=1e-3), 2),
+    "adam": (Optimizer(kind="adam", lr=1e-2, weight_decay=1e-2), 3),
+    "adamw": (Optimizer(kind="adamw", lr=1e-2, weight_decay=1e-2), 3),
+}
+
+
+def conv_net():
+    """Three 3x3 convolutions of 16 to 32 channels (every weight a whole number of oneDNN's
+    blocks), ReLUs, a global pool and a linear head."""
+    from planner.graph.builder import GraphBuilder
+    from planner.zoo.layers import conv2d, head, relu
+
+    b = GraphBuilder("kept_weights")
+    h = b.input("x", (4, 16, 8, 8))
+    for k, channels in enumerate((32, 32, 16)):
+        h = relu(b, conv2d(b, h, channels, 3, pad=1, name=f"c{k}"), name=f"r{k}")
+    h = b.op("GlobalAvgPool", [h], name="gap")
+    return b.build(head(b, b.op("Flatten", [h], {"axis": 1}, name="flatten"), 5, True))
+
+
+@pytest.fixture(scope="module", params=sorted(OPTIMIZERS))
+def built(request, tmp_path_factory):
+    """(module, graph, tensors kept per weight) of the conv net's training plan under one
+    optimizer."""
+    optimizer, per_weight = OPTIMIZERS[request.param]
+    p = host_plan(make_training_graph(conv_net(), optimizer))
+    folder = tmp_path_factory.mktemp("kept") / request.param
+    return load(build(render(p, folder)).dir), p.graph, per_weight
+
+
+def conv_weights(graph) -> list[str]:
+    return sorted(n.inputs[1] for n in graph.nodes if n.op == "Conv2D")
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def stepped(module, graph, state, steps: int, **options):
+    """An executor loaded with `state` after `steps` steps on fresh feeds."""
+    ex = module.Executor(concurrent=False, adaptive=False, **options)
+    ex.load_params(state)
+    for k in range(steps):
+        ex.step(random_feeds(graph, seed=10 + k))
+    return ex
+
+
+def test_kept_weights_give_the_plain_layouts_bits_through_every_edge(built):
+    module, graph, per_weight = built
+    state = start_state(graph)
+    kept = stepped(module, graph, state, 3)
+    plain = stepped(module, graph, state, 3, weight_layouts="plain")
+    weights = conv_weights(graph)
+    held = kept.stats()["kept_layout_bytes"]
+    # every convolution's weight and its optimizer state
+    assert held == sum(graph.tensor(w).size * 4 for w in weights) * per_weight, held
+    assert plain.stats()["kept_layout_bytes"] == 0
+    assert_same(kept.params(), plain.params())
+    assert_same(kept.state_dict()["model"], plain.state_dict()["model"])
+    feeds = random_feeds(graph, seed=99)
+    assert_same(kept.evaluate(feeds), plain.evaluate(feeds))
+    assert_same(kept.params(), plain.params())  # evaluate() put the kept layouts back
+    # A checkpoint of the kept executor loaded into a fresh one, and its params() given to
+    # load_params of another: two more steps each, the plain executor's bits.
+    saved, copies = kept.state_dict(), kept.params()
+    for k in range(2):
+        plain.step(random_feeds(graph, seed=50 + k))
+    for load_into, value in (("load_state_dict", saved), ("load_params", copies)):
+        fresh = module.Executor(concurrent=False, adaptive=False)
+        getattr(fresh, load_into)(value)
+        assert fresh.stats()["kept_layout_bytes"] == held, load_into
+        assert_same(fresh.params(), copies)
+        for k in range(2):
+            fresh.step(random_feeds(graph, seed=50 + k))
+        assert_same(fresh.params(), plain.params())
+
+
+def test_a_live_view_releases_its_weight_to_plain(built):
+    module, graph, _ = built
+    state = start_state(graph)
+    kept = stepped(module, graph, state, 1)
+    plain = stepped(module, graph, state, 1, weight_layouts="plain")
+    held = kept.stats()["kept_layout_bytes"]
+    w = conv_weights(graph)[0]
+    view = kept.params(copy=False, names=[w])[w]
+    np.testing.assert_array_equal(view, plain.params()[w])
+    assert 0 < kept.stats()["kept_layout_bytes"] < held  # its family alone
+    for k in range(2):
+        kept.step(random_feeds(graph, seed=20 + k))
+        plain.step(random_feeds(graph, seed=20 + k))
+    np.testing.assert_array_equal(view, plain.params()[w])  # live, plain
+    assert_same(kept.params(), plain.params())
+    kept.params(copy=False)
+    assert kept.stats()["kept_layout_bytes"] == 0
+    with pytest.raises(ValueError, match="'nothing' is not a parameter"):
+        kept.params(names=["nothing"])
+    with pytest.raises(ValueError, match="weight_layouts must be 'kernel' or 'plain'"):
+        module.Executor(weight_layouts="blocked")  # one line naming the field
+
+
+def test_kept_weights_run_no_weight_reorder(built):
+    """The forward convolutions and weight gradients on kept weights run one oneDNN primitive
+    fewer each (the weight's reorder in, the gradient's out) than on plain ones."""
+    module, graph, _ = built
+    state = start_state(graph)
+    runs = {}
+    for layouts in ("kernel", "plain"):
+        ex = stepped(module, graph, state, 1, weight_layouts=layouts)
+        runs[layouts] = {op["name"]: len(op["impl"].split(" + ")) for op in ex.stats()["ops"]
+                         if op.get("impl")}
+    names = [n.name for n in graph.nodes if n.op in ("Conv2D", "Conv2DBackpropFilter")
+             and n.name in runs["plain"]]
+    assert len(names) >= 5, names
+    for name in names:
+        assert runs["kernel"][name] == runs["plain"][name] - 1, name
