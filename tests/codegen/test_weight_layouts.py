@@ -29,15 +29,18 @@ OPTIMIZERS = {
 
 
 def conv_net():
-    """Three 3x3 convolutions of 16 to 32 channels (every weight a whole number of oneDNN's
-    blocks), ReLUs, a global pool and a linear head."""
+    """3x3 convolutions of 16 to 32 channels (every weight a whole number of oneDNN's blocks)
+    around a stride-2 transposed convolution (a DCGAN generator's layer, whose weight its
+    data gradient, a Conv2D, reads too), ReLUs, a global pool and a linear head."""
     from planner.graph.builder import GraphBuilder
-    from planner.zoo.layers import conv2d, head, relu
+    from planner.zoo.layers import conv2d, conv_transpose2d, head, relu
 
     b = GraphBuilder("kept_weights")
     h = b.input("x", (4, 16, 8, 8))
-    for k, channels in enumerate((32, 32, 16)):
+    for k, channels in enumerate((32, 32)):
         h = relu(b, conv2d(b, h, channels, 3, pad=1, name=f"c{k}"), name=f"r{k}")
+    h = relu(b, conv_transpose2d(b, h, 16, 4, stride=2, pad=1, name="up"), name="rup")
+    h = relu(b, conv2d(b, h, 16, 3, pad=1, name="c2"), name="r2")
     h = b.op("GlobalAvgPool", [h], name="gap")
     return b.build(head(b, b.op("Flatten", [h], {"axis": 1}, name="flatten"), 5, True))
 
@@ -53,7 +56,10 @@ def built(request, tmp_path_factory):
 
 
 def conv_weights(graph) -> list[str]:
-    return sorted(n.inputs[1] for n in graph.nodes if n.op == "Conv2D")
+    """The weights of the forward convolutions, transposed or not."""
+    return sorted({n.inputs[1] for n in graph.nodes
+                   if n.op in ("Conv2D", "ConvTranspose2D")
+                   and graph.tensor(n.inputs[1]).role == "param"})
 
 
 def assert_same(got: dict, want: dict) -> None:
@@ -126,7 +132,9 @@ def test_a_live_view_releases_its_weight_to_plain(built):
 
 def test_kept_weights_run_no_weight_reorder(built):
     """The forward convolutions and weight gradients on kept weights run one oneDNN primitive
-    fewer each (the weight's reorder in, the gradient's out) than on plain ones."""
+    fewer each (the weight's reorder in, the gradient's out) than on plain ones; so does the
+    transposed convolution's data gradient, a Conv2D, while the transposed convolution
+    reorders its weight from the kept layout instead of from plain (as many primitives)."""
     module, graph, _ = built
     state = start_state(graph)
     runs = {}
@@ -134,8 +142,9 @@ def test_kept_weights_run_no_weight_reorder(built):
         ex = stepped(module, graph, state, 1, weight_layouts=layouts)
         runs[layouts] = {op["name"]: len(op["impl"].split(" + ")) for op in ex.stats()["ops"]
                          if op.get("impl")}
-    names = [n.name for n in graph.nodes if n.op in ("Conv2D", "Conv2DBackpropFilter")
-             and n.name in runs["plain"]]
-    assert len(names) >= 5, names
+    names = [n.name for n in graph.nodes if n.op in ("Conv2D", "Conv2DBackpropFilter",
+                                                      "ConvTranspose2D")]
+    assert len(names) >= 8, names
     for name in names:
-        assert runs["kernel"][name] == runs["plain"][name] - 1, name
+        fewer = 0 if graph.node_map[name].op == "ConvTranspose2D" else 1
+        assert runs["kernel"][name] == runs["plain"][name] - fewer, name

@@ -48,6 +48,11 @@ bool kept_on_onednn(const OpSpec& op) {
   return l != "columns" && l != "image_columns";
 }
 
+bool kept_one_group(const OpSpec& op) {
+  Attrs a(op.attrs);
+  return !a.has("groups") || a.i("groups") == 1;
+}
+
 bool kept_same_shape(const TensorSpec& a, const TensorSpec& b) {
   if (a.rank != b.rank) return false;
   for (int d = 0; d < a.rank; ++d)
@@ -122,7 +127,8 @@ static bool find_kept_family(const KeptUses& u, int p, KeptFound* f) {
   int update = -1;
   for (const KeptTouch& r : u.touches[p]) {
     const OpSpec& op = s.ops[r.op];
-    const bool conv = kept_op_is(op, "Conv2D") || kept_op_is(op, "Conv2DBackpropInput");
+    const bool conv = kept_op_is(op, "Conv2D") || kept_op_is(op, "Conv2DBackpropInput") ||
+                      (kept_op_is(op, "ConvTranspose2D") && kept_one_group(op));
     if (!r.out && r.pos == 1 && conv && kept_on_onednn(op)) {
       if (kept_op_is(op, "Conv2D") && f->forward < 0) f->forward = r.op;
     } else if (!r.out && r.pos == 0 && kept_update_op(op) && update < 0) {

@@ -10,7 +10,10 @@
 // it where the kernel takes that layout, and no other op:
 //
 //   - Conv2D and Conv2DBackpropInput reading it as their weights, on oneDNN's kernels (not the
-//     columns layouts, whose own kernels read plain weights);
+//     columns layouts, whose own kernels read plain weights), and ConvTranspose2D (one group),
+//     which reads it with its two channel axes swapped and reorders from the kept layout (the
+//     layout is the Conv2D's: a transposed convolution's weight is kept where its data
+//     gradient, a Conv2D, reads it, as DCGAN's generator's are);
 //   - one Conv2DBackpropFilter writing its gradient, on oneDNN's kernel (where oneDNN would
 //     take its GEMM fallback the runtime's own kernel writes plain: left plain);
 //   - one SGD, ApplyMomentum or ApplyAdam (float32) updating it: elementwise over parameter,
@@ -18,7 +21,7 @@
 //     layout without padding is a permutation: one whose size is not the plain size is left
 //     plain; the updates' lr and weight decay are scalars).
 //
-// Anything else keeps the family plain: a view, a cast (mixed precision), a transposed
+// Anything else keeps the family plain: a view, a cast (mixed precision), a grouped transposed
 // convolution, an offload, a gradient read by a collective (data parallel, ZeRO), clipping's
 // global norm (its sum's order would change), loss scaling or accumulation, a graph output,
 // the evaluation's or a variant's other layout (a kernel whose chosen layout is not the kept

@@ -32,6 +32,8 @@
 // Weights (and their gradient) the executor keeps in the forward primitive's layout
 // (weight_layouts.h) are read and written as they lie: each such kernel is made twice, on the
 // kept layout and on plain, and runs the one the tensor is held in now (plain once released).
+// A transposed convolution's weight is kept in the layout of the Conv2D that is its data
+// gradient; the transposed convolution reorders from it.
 //
 // bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and
 // accumulates in float32. On a CPU where oneDNN has no implementation for the low type (bf16
@@ -404,9 +406,17 @@ KernelPtr conv_transpose2d(const Node& n) {
           user_scratchpad());
     });
   });
-  return on_chosen_layouts<dnnl::deconvolution_forward>(
-      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
-      {DNNL_ARG_DST, y.id, y_md});
+  auto make = [&](const memory::desc& held_w) {
+    return on_chosen_layouts<dnnl::deconvolution_forward>(
+        n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, held_w}},
+        {DNNL_ARG_DST, y.id, y_md});
+  };
+  // A weight kept in its data gradient's convolution layout (weight_layouts.h: the Conv2D
+  // reading it as [C, O, kh, kw]), seen with C and O swapped as this primitive's are.
+  const memory::desc* kept = n.layouts ? n.layouts->kept(w.id) : nullptr;
+  if (kept == nullptr || g.groups != 1) return make(w_md);
+  return std::make_unique<KeptOrPlain>(make(kept->permute_axes({1, 0, 2, 3})), make(w_md), w.id,
+                                       n.layouts);
 }
 
 }  // namespace
