@@ -148,3 +148,17 @@ def test_kept_weights_run_no_weight_reorder(built):
     for name in names:
         fewer = 0 if graph.node_map[name].op == "ConvTranspose2D" else 1
         assert runs["kernel"][name] == runs["plain"][name] - fewer, name
+
+
+def test_a_weight_another_op_reads_stays_plain(tmp_path):
+    """clip_grad_norm's global norm reads every gradient (a sum whose order a layout would
+    move): no weight is kept, and the step is the plain executor's to the bit."""
+    optimizer = Optimizer(kind="momentum", lr=0.05, momentum=0.9, clip_grad_norm=0.5)
+    p = host_plan(make_training_graph(conv_net(), optimizer))
+    assert any(n.op == "ClipGradNorm" for n in p.graph.nodes)
+    module = load(build(render(p, tmp_path / "clipped")).dir)
+    state = start_state(p.graph)
+    kept = stepped(module, p.graph, state, 2)
+    plain = stepped(module, p.graph, state, 2, weight_layouts="plain")
+    assert kept.stats()["kept_layout_bytes"] == 0
+    assert_same(kept.params(), plain.params())
