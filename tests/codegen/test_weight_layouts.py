@@ -28,7 +28,7 @@ OPTIMIZERS = {
 }
 
 
-def conv_net():
+def conv_net(loss: bool = True):
     """3x3 convolutions of 16 to 32 channels (every weight a whole number of oneDNN's blocks)
     around a stride-2 transposed convolution (a DCGAN generator's layer, whose weight its
     data gradient, a Conv2D, reads too), ReLUs, a global pool and a linear head."""
@@ -42,7 +42,7 @@ def conv_net():
     h = relu(b, conv_transpose2d(b, h, 16, 4, stride=2, pad=1, name="up"), name="rup")
     h = relu(b, conv2d(b, h, 16, 3, pad=1, name="c2"), name="r2")
     h = b.op("GlobalAvgPool", [h], name="gap")
-    return b.build(head(b, b.op("Flatten", [h], {"axis": 1}, name="flatten"), 5, True))
+    return b.build(head(b, b.op("Flatten", [h], {"axis": 1}, name="flatten"), 5, loss))
 
 
 @pytest.fixture(scope="module", params=sorted(OPTIMIZERS))
@@ -162,3 +162,25 @@ def test_a_weight_another_op_reads_stays_plain(tmp_path):
     plain = stepped(module, p.graph, state, 2, weight_layouts="plain")
     assert kept.stats()["kept_layout_bytes"] == 0
     assert_same(kept.params(), plain.params())
+
+
+def test_an_inference_plans_weights_are_kept_too(tmp_path):
+    """Read by its convolutions alone (no update), a weight is loaded into the kept layout once
+    and read as it lies by every forward(); the outputs are the plain executor's."""
+    p = host_plan(conv_net(loss=False))
+    assert p.graph.kind == "inference"
+    module = load(build(render(p, tmp_path / "inference")).dir)
+    state = start_state(p.graph)
+    runs = {}
+    for layouts in ("kernel", "plain"):
+        ex = module.Executor(concurrent=False, adaptive=False, weight_layouts=layouts)
+        ex.load_params(state)
+        runs[layouts] = [ex.forward(random_feeds(p.graph, seed=k)) for k in range(2)]
+        # the Conv2Ds' weights; the transposed convolution's, which no Conv2D (its data
+        # gradient) reads here to give the layout, stays plain
+        read = {n.inputs[1] for n in p.graph.nodes if n.op == "Conv2D"}
+        assert ex.stats()["kept_layout_bytes"] == (
+            sum(p.graph.tensor(w).size * 4 for w in read) if layouts == "kernel" else 0)
+        assert_same(ex.params(), state)
+    for kept, plain in zip(runs["kernel"], runs["plain"], strict=True):
+        assert_same(kept, plain)
