@@ -68,9 +68,9 @@ def assert_same(got: dict, want: dict) -> None:
         np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
-def stepped(module, graph, state, steps: int, **options):
+def stepped(module, graph, state, steps: int, concurrent: bool = False, **options):
     """An executor loaded with `state` after `steps` steps on fresh feeds."""
-    ex = module.Executor(concurrent=False, adaptive=False, **options)
+    ex = module.Executor(concurrent=concurrent, adaptive=False, **options)
     ex.load_params(state)
     for k in range(steps):
         ex.step(random_feeds(graph, seed=10 + k))
@@ -88,6 +88,8 @@ def test_kept_weights_give_the_plain_layouts_bits_through_every_edge(built):
     assert held == sum(graph.tensor(w).size * 4 for w in weights) * per_weight, held
     assert plain.stats()["kept_layout_bytes"] == 0
     assert_same(kept.params(), plain.params())
+    # on the plan's lanes, each kernel made on its lane's thread: the same bits
+    assert_same(stepped(module, graph, state, 3, concurrent=True).params(), plain.params())
     assert_same(kept.state_dict()["model"], plain.state_dict()["model"])
     feeds = random_feeds(graph, seed=99)
     assert_same(kept.evaluate(feeds), plain.evaluate(feeds))
