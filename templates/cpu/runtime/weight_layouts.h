@@ -32,7 +32,7 @@
 // load_params, evaluate() (the evaluation's kernels read plain: the family is reordered to
 // plain for it and back after), and params(copy=False): a live view must see plain bytes,
 // so a view of a kept tensor first releases its family to plain for good (its kernels then
-// reorder every step as before: the torch trainer, which holds such views, runs so).
+// reorder every step as before: the torch trainer once its module views the executor).
 // `weight_layouts="plain"` at construction keeps every family plain from the start (the
 // reference the kept layouts are bit-equal to).
 #pragma once
