@@ -183,7 +183,7 @@ def load_state_dict(ex: Any, checkpoint: dict[str, Any]) -> None:
             flat[step] = np.asarray(state[0]["step"], np.float32)
         except (KeyError, TypeError):
             raise ValueError("load_state_dict: optimizer state 0 lacks 'step'") from None
-    _load_groups(param_groups, groups, flat, held=ex.params(copy=False))
+    _load_groups(param_groups, groups, flat, held=set(ex.param_names))
     if MICRO_STEP in flat:
         _check_micro_step(flat[MICRO_STEP])
     ex.load_params(flat)
@@ -221,7 +221,7 @@ def _check_complete(ex: Any, graph: Graph, model: dict, planner: dict,
                     slots: dict[str, tuple[int, str]], step: str | None) -> None:
     """ValueError naming the first tensor the executor holds that the checkpoint's model or
     planner part lacks (docs/training.md: a missing parameter is never kept silently)."""
-    for name in sorted(ex.params(copy=False)):
+    for name in sorted(ex.param_names):
         if name in slots or name == step or parse_hyperparameter_tensor(name) is not None:
             continue  # from the optimizer part
         part, where = (model, "model") if _in_model(graph, name) else (planner, "planner")
@@ -245,9 +245,9 @@ def _load_sharded(ex: Any, graph: Graph, layout: Layout, model: dict, planner: d
             raise ValueError(f"load_state_dict: optimizer state of parameter {first!r} lacks "
                              f"'step'") from None
     _load_groups(param_groups, _sharded_groups(layout), flat, by_name=True,
-                 held=ex.params(copy=False))
+                 held=set(ex.param_names))
     shards = held_shards(layout)
-    held = ex.params(copy=False)
+    held = set(ex.param_names)
     for name in sorted(held):
         if name in flat or name in shards or parse_hyperparameter_tensor(name) is not None:
             continue

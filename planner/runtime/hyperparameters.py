@@ -6,7 +6,9 @@ steps. Every backend's executor binds these two functions as methods:
     ex.set_hyperparameters({"lr": 0.05}, group=0)   # the next step reads 0.05
     ex.hyperparameters()                            # {0: {"lr": 0.05, "weight_decay": 0.0}}
 
-They work on anything with an executor's `params()` and `load_params(values, partial=True)`;
+They work on anything with an executor's `param_names`, `params(copy, names)` and
+`load_params(values, partial=True)` (views of the hyperparameters alone: a view of a weight a
+CPU executor holds in its kernels' layout would release it to plain, docs/executor.md);
 a schedule (planner/runtime/schedules.py) or a PyTorch scheduler (planner/torch/schedule.py)
 drives them.
 
@@ -14,7 +16,9 @@ Example (a stand-in holding what an executor holds):
     >>> import numpy as np
     >>> class Held:
     ...     def __init__(self): self.values = {"optim/group/0/lr": np.float32(0.1), "w": 0}
-    ...     def params(self, copy=True): return dict(self.values)
+    ...     param_names = property(lambda self: list(self.values))
+    ...     def params(self, copy=True, names=None):
+    ...         return {n: self.values[n] for n in (self.values if names is None else names)}
     ...     def load_params(self, values, partial): self.values.update(values)
     >>> ex = Held()
     >>> set_hyperparameters(ex, {"lr": 0.25})
@@ -55,8 +59,8 @@ def hyperparameters(ex: Any) -> dict[int, dict[str, float]]:
 
 def _held(ex: Any) -> dict[str, Any]:
     """The hyperparameter tensors of `ex` by name, as live views (no copy)."""
-    return {n: v for n, v in ex.params(copy=False).items()
-            if parse_hyperparameter_tensor(n) is not None}
+    return ex.params(copy=False, names=[n for n in ex.param_names
+                                        if parse_hyperparameter_tensor(n) is not None])
 
 
 def set_hyperparameters(ex: Any, values: Mapping[str, float], group: int = 0) -> None:

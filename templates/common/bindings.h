@@ -17,6 +17,7 @@
 #pragma once
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -319,20 +320,42 @@ void define_executor(nb::class_<Ex>& cls) {
            "parameter and state tensor is required unless partial=True; optimizer state may be "
            "left out (it starts at zero).")
       .def("params",
-           [](nb::handle self, bool copy) {
+           [](nb::handle self, bool copy, std::optional<std::vector<std::string>> names) {
              Ex& ex = nb::cast<Ex&>(self);
              auto lock = hold(ex);
              refuse_in_flight(ex);
              nb::dict out;
              const Schedule& s = ex.schedule();
+             if (names) {
+               for (const std::string& name : *names) {
+                 const int id = ex.tensor_index(name);
+                 if (id < 0 || !persistent(ex.tensor(id).role) || ex.tensor(id).updates >= 0)
+                   throw nb::value_error(("params: '" + name + "' is not a parameter or state "
+                                          "tensor of plan '" + s.name + "'").c_str());
+                 out[name.c_str()] = Io::fetch(ex, id, copy, self);
+               }
+               return out;
+             }
              for (int i = 0; i < s.num_tensors; ++i) {
                const TensorSpec& t = s.tensors[i];
                if (persistent(t.role) && t.updates < 0) out[t.name] = Io::fetch(ex, i, copy, self);
              }
              return out;
            },
-           "copy"_a = true,
-           "Parameters and state by name: copies, or (copy=False) live views of the arena.")
+           "copy"_a = true, "names"_a = nb::none(),
+           "Parameters and state by name: copies, or (copy=False) live views of the arena; "
+           "names: only those (a CPU executor's view of a weight it holds in its kernels' "
+           "layout releases that weight to plain, docs/executor.md).")
+      .def_prop_ro("param_names",
+                   [](const Ex& ex) {
+                     std::vector<std::string> out;
+                     const Schedule& s = ex.schedule();
+                     for (int i = 0; i < s.num_tensors; ++i)
+                       if (persistent(s.tensors[i].role) && s.tensors[i].updates < 0)
+                         out.push_back(s.tensors[i].name);
+                     return out;
+                   },
+                   "The names params() gives, without their values.")
       // Written once, in Python (planner/runtime/hyperparameters.py), over params and load_params.
       .def("set_hyperparameters",
            [](nb::handle self, nb::dict values, int group) {

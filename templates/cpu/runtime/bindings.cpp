@@ -38,11 +38,25 @@ struct Io {
     }
   }
   static void unbind(Executor& ex, int id) { ex.bind(id, nullptr); }
+  // A weight held in its kernels' layout (weight_layouts.h) goes in through a plain copy.
   static void load(Executor& ex, int id, const Array& a) {
-    copy_in(ex.data(id), a, dtype_bytes(ex.tensor(id).dtype));
+    const int esize = dtype_bytes(ex.tensor(id).dtype);
+    if (!ex.weight_layouts().held(id)) return copy_in(ex.data(id), a, esize);
+    std::vector<char> plain(static_cast<size_t>(ex.tensor(id).nbytes));
+    copy_in(plain.data(), a, esize);
+    ex.weight_layouts().reorder(id, plain.data(), ex.data(id), false);
   }
+  // A weight held in its kernels' layout comes back plain: a copy reordered, or (a live view)
+  // its family released to plain first.
   static nb::object fetch(Executor& ex, int id, bool copy, nb::handle owner) {
     const TensorSpec& t = ex.tensor(id);
+    WeightLayouts& layouts = ex.weight_layouts();
+    if (layouts.held(id) && !copy) layouts.release(id, ex.tensor_ptrs());
+    if (layouts.held(id)) {
+      std::vector<char> plain(static_cast<size_t>(t.nbytes));
+      layouts.reorder(id, ex.data(id), plain.data(), true);
+      return to_numpy(t, plain.data(), true, nb::handle());
+    }
     if (!t.block) return to_numpy(t, ex.data(id), copy, owner);
     // An image the step keeps channel-blocked (planner/step/blocked.py) comes back as every
     // other, plain NCHW: always a copy (in_arena says no view).
@@ -56,7 +70,8 @@ struct Io {
     return to_numpy(t, reinterpret_cast<char*>(plain.data()), true, nb::handle());
   }
   static bool in_arena(const Executor& ex, int id) {
-    return !ex.tensor(id).block && ex.holds(ex.data(id), ex.tensor(id).nbytes);
+    return !ex.tensor(id).block && !ex.weight_layouts().held(id) &&
+           ex.holds(ex.data(id), ex.tensor(id).nbytes);
   }
   static void op_stats(const Executor& ex, int k, nb::dict& d) {
     d["start"] = ex.last_span(k).first;
@@ -76,6 +91,9 @@ struct Io {
     d["packed_weight_bytes"] = ex.packed_weight_bytes();
     d["held_bytes"] = ex.arena_bytes() + ex.host_store_bytes() + ex.unplanned_scratch_bytes() +
                       ex.packed_weight_bytes();
+    // Parameters and optimizer state held in their kernels' layouts now (weight_layouts.h:
+    // in their arena slots, no byte more).
+    d["kept_layout_bytes"] = ex.weight_layouts().held_bytes();
     d["schedule"] = schedule_stats(ex.schedule_choice());
     // libgomp's spinning in this process (busy_host.h): throttled while the steps' threads
     // wait for CPUs other processes hold.
@@ -129,7 +147,17 @@ nb::dict evaluate(Executor& ex, nb::dict feeds) {
   {
     nb::gil_scoped_release release;
     ev.check_feeds();
-    ev.run(ex.collective());
+    // The evaluation's kernels read every weight plain (weight_layouts.h): the kept ones
+    // reordered to plain for it and back after, whatever it throws.
+    WeightLayouts& layouts = ex.weight_layouts();
+    layouts.reorder_all(ex.tensor_ptrs(), true);
+    try {
+      ev.run(ex.collective());
+    } catch (...) {
+      layouts.reorder_all(ex.tensor_ptrs(), false);
+      throw;
+    }
+    layouts.reorder_all(ex.tensor_ptrs(), false);
   }
   nb::dict out;
   for (int o = 0; o < s.num_outputs; ++o)
@@ -153,21 +181,27 @@ NB_MODULE(planner_cpu_rt, m) {
   cls      .def("__init__",
            [](Executor* self, const std::string& path, bool concurrent, int jitter_us,
               double watchdog_seconds, bool adaptive, Shapes shapes, Attrs attrs,
-              Shapes evaluation_shapes, Attrs evaluation_attrs) {
+              Shapes evaluation_shapes, Attrs evaluation_attrs,
+              const std::string& weight_layouts) {
              if (shapes.has_value() != attrs.has_value() ||
                  evaluation_shapes.has_value() != evaluation_attrs.has_value())
                throw nb::value_error("give a concrete schedule's shapes and attrs together");
+             if (weight_layouts != "kernel" && weight_layouts != "plain")
+               throw nb::value_error(("weight_layouts must be 'kernel' or 'plain', got '" +
+                                      weight_layouts + "'").c_str());
              planner::Concrete concrete, evaluation;
              if (shapes) concrete = {*shapes, *attrs};
              if (evaluation_shapes) evaluation = {*evaluation_shapes, *evaluation_attrs};
              new (self) Executor(path, concurrent, jitter_us, watchdog_seconds, adaptive,
                                  shapes ? &concrete : nullptr,
-                                 evaluation_shapes ? &evaluation : nullptr);
+                                 evaluation_shapes ? &evaluation : nullptr,
+                                 weight_layouts == "kernel");
            },
            "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
            "adaptive"_a = true, "shapes"_a = nb::none(), "attrs"_a = nb::none(),
            "evaluation_shapes"_a = nb::none(), "evaluation_attrs"_a = nb::none(),
+           "weight_layouts"_a = "kernel",
            "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
            "step with no progress for watchdog_seconds raises, naming the ops not finished; "
@@ -175,7 +209,11 @@ NB_MODULE(planner_cpu_rt, m) {
            "variant computes the main schedule's bits, so runs give the same bits whatever "
            "the load; False: the main schedule always). shapes, attrs (and evaluation_shapes, "
            "evaluation_attrs): a range plan's schedule at smaller shapes, per tensor and per op "
-           "(planner/pipeline/ranges.py); each tensor fits the bytes the range gives it.");
+           "(planner/pipeline/ranges.py); each tensor fits the bytes the range gives it. "
+           "weight_layouts: 'kernel' holds convolution weights, their gradients and optimizer "
+           "state in the layout their kernels read, reordered only by params(), load_params "
+           "and evaluate() (a view, params(copy=False), releases its weight to plain); "
+           "'plain' holds every tensor plain (docs/executor.md).");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def("evaluate", &planner::evaluate, "feeds"_a,

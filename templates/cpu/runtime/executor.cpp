@@ -62,7 +62,7 @@ thread_local bool pool_let_go = false;
 
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
                    double watchdog_seconds, bool adaptive, const Concrete* concrete,
-                   const Concrete* evaluation_concrete)
+                   const Concrete* evaluation_concrete, bool keep_weight_layouts)
     : ExecutorCore(schedule_path, CPU, concrete),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
@@ -95,6 +95,10 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   }
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = home(i);
+  run_off_inherited_pool([this, &s, keep_weight_layouts] {
+    layouts_ = std::make_unique<WeightLayouts>(s, keep_weight_layouts, engine_,
+                                               [this](int k) { return kernel_weights(k); });
+  });
   kernels_.resize(s.num_ops);
   scratch_.assign(s.num_ops, nullptr);
   span_.assign(s.num_ops, {0.0, 0.0});
@@ -266,9 +270,28 @@ KernelPtr Executor::make_kernel(const OpSpec& op) {
   op_tensors(schedule(), op, &in, &out);
   try {
     check_blocked(schedule(), op, in, out);
-    Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op), &packs_};
+    Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op), &packs_,
+              layouts_.get()};
     return registry().at(op.op)(node);
   } catch (const std::exception& e) {
+    throw std::runtime_error(op_failure(op, e.what()));
+  }
+}
+
+std::optional<dnnl::memory::desc> Executor::kernel_weights(int k) {
+  const OpSpec& op = schedule().ops[k];
+  std::vector<TensorRef> in, out;
+  op_tensors(schedule(), op, &in, &out);
+  // oneDNN sizes a kernel (and may choose its layouts) by the team that creates it.
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(kernel_threads(op));
+  try {
+    Node node{&op, in, out, Attrs(op.attrs), engine_, kernel_threads(op)};
+    std::optional<dnnl::memory::desc> md = conv_kernel_weights(node);
+    omp_set_num_threads(saved_threads);
+    return md;
+  } catch (const std::exception& e) {
+    omp_set_num_threads(saved_threads);
     throw std::runtime_error(op_failure(op, e.what()));
   }
 }

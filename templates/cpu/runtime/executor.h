@@ -21,6 +21,7 @@
 #include "executor_core.h"
 #include "kernel.h"
 #include "lanes.h"
+#include "weight_layouts.h"
 #include "weight_packs.h"
 
 namespace planner {
@@ -36,10 +37,13 @@ class Executor : public ExecutorCore {
   // the main schedule whatever the load.
   // `concrete` / `evaluation_concrete`: a range plan's schedule (and its evaluation schedule)
   // at smaller shapes (loader.h's Concrete); null: the library's own shapes.
+  // keep_weight_layouts: hold convolution weights, their gradients and optimizer state in the
+  // layout their kernels read (weight_layouts.h); false holds every tensor plain.
   explicit Executor(const std::string& schedule_path, bool concurrent = true,
                     int jitter_us = 0, double watchdog_seconds = 600.0, bool adaptive = true,
                     const Concrete* concrete = nullptr,
-                    const Concrete* evaluation_concrete = nullptr);
+                    const Concrete* evaluation_concrete = nullptr,
+                    bool keep_weight_layouts = true);
   ~Executor() override;
 
   char* data(int id) const { return ptr_[id]; }
@@ -70,6 +74,11 @@ class Executor : public ExecutorCore {
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   // B operands several MatMuls read, packed once per step beside the arena (weight_packs.h).
   int64_t packed_weight_bytes() const { return packs_.bytes(); }
+  // The tensors held in their kernels' layouts (weight_layouts.h): the edges (params,
+  // load_params, evaluate) reorder them through it. Between steps.
+  WeightLayouts& weight_layouts() { return *layouts_; }
+  const WeightLayouts& weight_layouts() const { return *layouts_; }
+  char* const* tensor_ptrs() const { return ptr_.data(); }
   int64_t pinnings() const { return live_lanes() ? lanes_->pinnings() : 0; }
   // When op k started and ended in the last step, in seconds from the step's start: the
   // timeline that shows what the plan's simulator leaves out (the lanes' hand-offs).
@@ -115,6 +124,7 @@ class Executor : public ExecutorCore {
   int64_t unplanned_ = 0;
   std::vector<char*> ptr_;                     // current address of every tensor
   WeightPacks packs_;
+  std::unique_ptr<WeightLayouts> layouts_;     // decided before any kernel is made
   int64_t pass_ = 0;                           // runs over the schedule, failed ones too
   double watchdog_seconds_;
   std::chrono::steady_clock::time_point step_began_;
@@ -167,6 +177,8 @@ class Executor : public ExecutorCore {
   void create(int k);
   void run(int k);
   KernelPtr make_kernel(const OpSpec& op);
+  // Op k's conv_kernel_weights (weight_layouts.h), asked on its planned team size.
+  std::optional<dnnl::memory::desc> kernel_weights(int k);
   // Op k's scratch: its planned area when that holds what the kernel asks for, else a block
   // of its own in *overflow (never shared: ops may run at the same time), counted unplanned.
   char* scratch_area(const OpSpec& op, const Kernel& kernel, std::unique_ptr<Arena>* overflow);

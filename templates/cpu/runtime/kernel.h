@@ -26,10 +26,12 @@
 
 namespace planner {
 
-class WeightPacks;  // weight_packs.h
+class WeightPacks;    // weight_packs.h
+class WeightLayouts;  // weight_layouts.h
 
-// What a kernel factory sees: the op, its tensors, attrs, the oneDNN engine, and the
-// executor's packed weights (weight_packs.h; none where the kernel runs outside a step).
+// What a kernel factory sees: the op, its tensors, attrs, the oneDNN engine, the executor's
+// packed weights (weight_packs.h; none where the kernel runs outside a step) and the layouts
+// it keeps weights in (weight_layouts.h; none: every tensor plain).
 struct Node {
   const OpSpec* spec;
   std::vector<TensorRef> in, out;
@@ -37,6 +39,7 @@ struct Node {
   const dnnl::engine& engine;
   int threads;
   WeightPacks* packs = nullptr;
+  const WeightLayouts* layouts = nullptr;
 };
 
 // What a running kernel sees: every tensor's current address, its scratch area, the stream.

@@ -29,6 +29,11 @@
 // path does). A float32 weight gradient for which oneDNN would run its im2col GEMM fallback
 // runs the runtime's own kernel instead (filter_grads.h: a direct loop per channel
 // for a depthwise one; conv_columns.h: the whole batch's columns and one matmul otherwise).
+// Weights (and their gradient) the executor keeps in the forward primitive's layout
+// (weight_layouts.h) are read and written as they lie: each such kernel is made twice, on the
+// kept layout and on plain, and runs the one the tensor is held in now (plain once released).
+// A transposed convolution's weight is kept in the layout of the Conv2D that is its data
+// gradient; the transposed convolution reorders from it.
 //
 // bfloat16 / float16 operands (mixed precision): the primitive reads and writes the low type and
 // accumulates in float32. On a CPU where oneDNN has no implementation for the low type (bf16
@@ -41,6 +46,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../fused_relu.h"
+#include "../weight_layouts.h"
 #include "conv.h"
 #include "conv_columns.h"
 #include "filter_grads.h"
@@ -180,6 +186,35 @@ KernelPtr on_chosen_layouts(const Node& n, const PD& pd, const std::vector<Opera
   return k;
 }
 
+// A kernel made on a weight (or weight gradient) tensor's kept layout and on plain, running the
+// one its family is held in (weight_layouts.h): released to plain between steps, it reorders
+// as every plain weight does.
+class KeptOrPlain : public Kernel {
+ public:
+  KeptOrPlain(KernelPtr kept, KernelPtr plain, int tensor, const WeightLayouts* layouts)
+      : kept_(std::move(kept)), plain_(std::move(plain)), tensor_(tensor), layouts_(layouts) {}
+  size_t scratch_bytes() const override {
+    return std::max(kept_->scratch_bytes(), plain_->scratch_bytes());
+  }
+  std::string impl() const override { return now().impl(); }
+  void run(const Run& r) override { now().run(r); }
+
+ private:
+  Kernel& now() const { return layouts_->held(tensor_) ? *kept_ : *plain_; }
+  KernelPtr kept_, plain_;
+  int tensor_;
+  const WeightLayouts* layouts_;
+};
+
+// make(md): the kernel reading (or writing) tensor `id` as md lays it out: on `plain`, and where
+// the executor keeps the tensor in a layout of its own, on that one too (KeptOrPlain).
+template <class Make>
+KernelPtr kept_or_plain(const Node& n, int id, memory::desc plain, Make make) {
+  const memory::desc* kept = n.layouts ? n.layouts->kept(id) : nullptr;
+  if (kept == nullptr) return make(plain);
+  return std::make_unique<KeptOrPlain>(make(*kept), make(plain), id, n.layouts);
+}
+
 // A Conv2D's folded LeakyRelu of positive slope (planner/step/fold_conv_leaky.py): oneDNN's
 // eltwise post-op computes it as the LeakyRelu kernel does (s > 0 ? s : s * alpha on the sum
 // plus bias, NaN kept), with no pass over y. With slope 0 its JIT form is max(s, 0), which
@@ -241,9 +276,14 @@ bool on_layout(const Node& n, const char* layout) {
 bool on_columns(const Node& n) { return on_layout(n, "columns"); }
 bool on_image_columns(const Node& n) { return on_layout(n, "image_columns"); }
 
-// [x, w] or [x, w, bias] -> y
-KernelPtr conv2d(const Node& n) {
-  if (on_columns(n)) return columns_conv2d(n);
+// A Conv2D's primitive and operands: [x, w] or [x, w, bias] as the arena holds them.
+struct ForwardConv {
+  dnnl::convolution_forward::primitive_desc pd;
+  std::vector<Operand> inputs;
+  Operand output;
+};
+
+ForwardConv forward_conv(const Node& n) {
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &w = n.in[1], &y = n.out[0];
   auto x_md = held_md(x);
@@ -260,8 +300,17 @@ KernelPtr conv2d(const Node& n) {
     return on_compute_type(
         n, [&](dt c) { return forward_pd(n, g, x, x_md, w_md, y, y_md, c, bias); });
   });
-  KernelPtr conv =
-      on_chosen_layouts<dnnl::convolution_forward>(n, pd, inputs, {DNNL_ARG_DST, y.id, y_md});
+  return {pd, inputs, {DNNL_ARG_DST, y.id, y_md}};
+}
+
+// [x, w] or [x, w, bias] -> y
+KernelPtr conv2d(const Node& n) {
+  if (on_columns(n)) return columns_conv2d(n);
+  ForwardConv f = forward_conv(n);
+  KernelPtr conv = kept_or_plain(n, n.in[1].id, f.inputs[1].plain, [&](const memory::desc& w) {
+    f.inputs[1].plain = w;
+    return on_chosen_layouts<dnnl::convolution_forward>(n, f.pd, f.inputs, f.output);
+  });
   if (leaky_post_op(n)) return conv;
   return with_fused_activation(std::move(conv), n, "Conv2D");
 }
@@ -277,9 +326,11 @@ KernelPtr conv2d_backprop_input(const Node& n) {
   auto y_md = held_md(dy);
   auto pd = backward_pd<dnnl::convolution_backward_data::primitive_desc>(n, g, dx, x_md, w_md,
                                                                          dy, y_md);
-  return on_chosen_layouts<dnnl::convolution_backward_data>(
-      n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
-      {DNNL_ARG_DIFF_SRC, dx.id, x_md});
+  return kept_or_plain(n, w.id, w_md, [&](const memory::desc& held_w) {
+    return on_chosen_layouts<dnnl::convolution_backward_data>(
+        n, pd, {{DNNL_ARG_DIFF_DST, dy.id, y_md}, {DNNL_ARG_WEIGHTS, w.id, held_w}},
+        {DNNL_ARG_DIFF_SRC, dx.id, x_md});
+  });
 }
 
 // [x, dy] -> dw of shape filter_shape; on the columns layout the whole batch's columns and one
@@ -290,24 +341,40 @@ KernelPtr conv2d_backprop_input(const Node& n) {
 // scratchpad holding other kernels' bytes those taps came out as garbage (5e28 where the
 // gradient is 0). Zeroing the scratchpad first, as a fresh allocation would be, gives the
 // zeros; float32 kernels write every tap.
-KernelPtr conv2d_backprop_filter(const Node& n) {
-  if (on_columns(n)) return columns_conv2d_backprop_filter(n, SIZE_MAX);  // the plan's rule
+// The weight gradient's primitive on oneDNN's kernel: the plain weights' descriptor, the
+// primitive's, and whether the runtime's own kernel runs it instead (its GEMM fallback).
+struct FilterGradPd {
+  memory::desc w_md;
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  bool own;
+};
+
+FilterGradPd filter_grad_pd(const Node& n) {
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
-  auto x_md = held_md(x);
   auto w_md = weights_md(dw.shape, g.groups, dw.dtype);
-  auto y_md = held_md(dy);
-  auto pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(n, g, x, x_md,
-                                                                            w_md, dy, y_md);
-  // (The runtime's own kernels read plain and blocked images alike.)
-  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
-    if (depthwise_float32(n, g.groups)) return depthwise_filter_grad(n);
-    if (KernelPtr own = columns_conv2d_backprop_filter(n, pd.scratchpad_desc().get_size()))
+  auto pd = backward_pd<dnnl::convolution_backward_weights::primitive_desc>(
+      n, g, x, held_md(x), w_md, dy, held_md(dy));
+  return {w_md, pd, std::string(pd.impl_info_str()).find("gemm") != std::string::npos};
+}
+
+KernelPtr conv2d_backprop_filter(const Node& n) {
+  if (on_columns(n)) return columns_conv2d_backprop_filter(n, SIZE_MAX);  // the plan's rule
+  const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
+  FilterGradPd f = filter_grad_pd(n);
+  // (The runtime's own kernels read plain and blocked images alike; they write a plain
+  // gradient, so a kept one takes oneDNN's kernel: weight_layouts.h keeps none where the
+  // plan's team gets the fallback.)
+  if (f.own && (n.layouts == nullptr || n.layouts->kept(dw.id) == nullptr)) {
+    if (depthwise_float32(n, conv_geometry(n.attrs).groups)) return depthwise_filter_grad(n);
+    if (KernelPtr own = columns_conv2d_backprop_filter(n, f.pd.scratchpad_desc().get_size()))
       return own;
   }
-  return on_chosen_layouts<dnnl::convolution_backward_weights>(
-      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_DIFF_DST, dy.id, y_md}},
-      {DNNL_ARG_DIFF_WEIGHTS, dw.id, w_md}, low_precision(n));
+  return kept_or_plain(n, dw.id, f.w_md, [&](const memory::desc& held_dw) {
+    return on_chosen_layouts<dnnl::convolution_backward_weights>(
+        n, f.pd, {{DNNL_ARG_SRC, x.id, held_md(x)}, {DNNL_ARG_DIFF_DST, dy.id, held_md(dy)}},
+        {DNNL_ARG_DIFF_WEIGHTS, dw.id, held_dw}, low_precision(n));
+  });
 }
 
 // [x (N,C,H,W), w (C, O/G, kh, kw)] -> y. oneDNN's deconvolution weights are [O, C, kh, kw]
@@ -339,12 +406,30 @@ KernelPtr conv_transpose2d(const Node& n) {
           user_scratchpad());
     });
   });
-  return on_chosen_layouts<dnnl::deconvolution_forward>(
-      n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, w_md}},
-      {DNNL_ARG_DST, y.id, y_md});
+  auto make = [&](const memory::desc& held_w) {
+    return on_chosen_layouts<dnnl::deconvolution_forward>(
+        n, pd, {{DNNL_ARG_SRC, x.id, x_md}, {DNNL_ARG_WEIGHTS, w.id, held_w}},
+        {DNNL_ARG_DST, y.id, y_md});
+  };
+  // A weight kept in its data gradient's convolution layout (weight_layouts.h: the Conv2D
+  // reading it as [C, O, kh, kw]), seen with C and O swapped as this primitive's are.
+  const memory::desc* kept = n.layouts ? n.layouts->kept(w.id) : nullptr;
+  if (kept == nullptr || g.groups != 1) return make(w_md);
+  return std::make_unique<KeptOrPlain>(make(kept->permute_axes({1, 0, 2, 3})), make(w_md), w.id,
+                                       n.layouts);
 }
 
 }  // namespace
+
+std::optional<memory::desc> conv_kernel_weights(const Node& n) {
+  const std::string op = n.spec->op;
+  if (op == "Conv2D" && !on_columns(n))
+    return forward_conv(n).pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_WEIGHTS);
+  if (op != "Conv2DBackpropFilter" || on_columns(n)) return std::nullopt;
+  FilterGradPd f = filter_grad_pd(n);
+  if (f.own) return std::nullopt;
+  return f.pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_DIFF_WEIGHTS);
+}
 
 PLANNER_REGISTER_KERNELS(conv) {
   r["Conv2D"] = conv2d;
