@@ -62,7 +62,7 @@ STEP_TOLERANCE = 0.02
 # bytes at once and pay one collective's latency more per bucket.
 BUCKET_DIVISORS = (1, 2, 4)
 # Plans tried per bucket size after the default's: each is a whole schedule and memory plan.
-MOVES_PER_BUCKET_SIZE = 6
+MOVES_PER_BUCKET_SIZE = 4
 # The arena heuristics the trials leave to the final layout (planner.memory.arena): the seeded
 # multi-start took 5.7 of a GPT search's 10 s.
 SLOW_HEURISTICS = ("perturbed-size",)
@@ -105,15 +105,16 @@ def choose_gathers(p: Planning) -> Planning:
     default = chosen_collectives(p.graph, p.target, dp).bucket_bytes
     found = _searched(_quick(p), priced, default, dp.bucket_bytes is not None)
     base = _trial(p, priced, default, GatherChoice())
-    chosen = None if found is None else _trial(p, priced, found.bucket_bytes, found.gathers)
+    chosen = None if found is None or (found.bucket_bytes, found.gathers) == (
+        default, GatherChoice()) else _trial(p, priced, found.bucket_bytes, found.gathers)
     budget = p.options.memory.budget_bytes is not None
     bound = base.step_seconds * (1 + STEP_TOLERANCE) if base is not None else float("inf")
     best = _better(chosen, base, bound, budget) if base is not None else chosen
     if best is None:
         best = Trial(default, GatherChoice(), p)
-    record = best.gathers.model_copy(update={
-        "default_arena_bytes": base.arena_bytes if base is not None else 0,
-        "default_step_seconds": base.step_seconds if base is not None else 0.0})
+    record = best.gathers.model_copy(update={} if base is None else {
+        "default_bucket_bytes": default, "default_keep": kept_buckets(base.planning.graph),
+        "default_arena_bytes": base.arena_bytes, "default_step_seconds": base.step_seconds})
     return p.but(options=p.options.model_copy(update={"data_parallel": dp.model_copy(
         update={"bucket_bytes": best.bucket_bytes, "gathers": record})}))
 

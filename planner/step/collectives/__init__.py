@@ -40,15 +40,18 @@ class GatherChoice(Record):
     all-gather, the most compute ops ahead of its first reader it may be issued (its prefetch
     depth; a gather not named: the schedule's choice within its memory bound,
     planner.schedule.parallel). GatherChoice() is the default decisions themselves.
-    `default_arena_bytes` and `default_step_seconds`: what the default decisions gave where
-    planning searched (for `planner show`; 0: not searched).
+    `default_*`: what the default decisions were and gave where planning searched (for
+    `planner show`; 0: not searched).
 
         {"keep": [false, true, false], "prefetch": [["allgather/0/backward", 0]],
+         "default_bucket_bytes": 470528, "default_keep": [false, false, true],
          "default_arena_bytes": 12184832, "default_step_seconds": 0.0123}
     """
 
     keep: tuple[bool, ...] = ()
     prefetch: tuple[tuple[str, int], ...] = ()
+    default_bucket_bytes: int = Field(default=0, ge=0)
+    default_keep: tuple[bool, ...] = ()
     default_arena_bytes: int = Field(default=0, ge=0)
     default_step_seconds: float = Field(default=0.0, ge=0)
 
