@@ -35,8 +35,8 @@ Example:
     ...     warnings.simplefilter("ignore")
     ...     p = plan(g, preset("xeon-8180"), evaluation=False, options=PlanOptions(
     ...         data_parallel=DataParallelOptions(ranks=2, shard_parameters=True)))
-    >>> chosen = p.provenance.options.data_parallel.gathers
-    >>> p.summary.memory.arena_bytes <= chosen.default_arena_bytes
+    >>> chosen = p.provenance.options["data_parallel"]["gathers"]
+    >>> p.summary.memory.arena_bytes <= chosen["default_arena_bytes"]
     True
 """
 
@@ -49,7 +49,6 @@ from planner.errors import InfeasibleBudget
 from planner.memory.decision import MemoryDecision
 from planner.pipeline.record import Planning
 from planner.schedule.parallel import chosen_collectives
-from planner.schedule.record import Schedule
 from planner.step.collectives import GatherChoice
 from planner.step.collectives.sharded_parameters import gather_bucket, kept_buckets
 from planner.target.backends import traits
@@ -214,7 +213,9 @@ def peak_moves(t: Trial) -> list[Move]:
         return []
     peak = max(range(len(ops)), key=lambda k: (live[k], -k))
     graph = t.planning.graph
-    gather_of = {c: n for n in graph.nodes if n.op == "AllGather" for c in n.outputs}
+    # (the rewrite's names: planner.step.collectives.sharded_parameters reserves them)
+    gather_of = {c: n for n in graph.nodes if n.name.startswith("allgather/")
+                 for c in n.outputs}
     pos = {op.name: k for k, op in enumerate(ops)}
     moves: dict[str, Move] = {}
     for b in memory.tensors:

@@ -131,7 +131,7 @@ def chosen_lines(plan: dict[str, Any]) -> list[str]:
     if not g.get("default_arena_bytes"):
         return []
     nodes = plan["graph"]["nodes"]
-    kept = sum(n["op"] == "AllGather" and n["attrs"].get("keep") == 1 for n in nodes)
+    kept = sum(n["attrs"].get("keep") == 1 for n in nodes)  # forward gathers say it
     count = sum(n["name"].startswith("reducescatter/") for n in nodes)
     was = g.get("default_keep", [])
     arena, default = plan["summary"]["memory"]["arena_bytes"], g["default_arena_bytes"]

@@ -3,8 +3,8 @@ each all-gather's prefetch depth and which forward copies are freed and gathered
 property is checked against the plan made with the default decisions given explicitly
 (GatherChoice()), planned on its own: the chosen plan's arena is no larger, its predicted step
 within STEP_TOLERANCE, the choice the same from the same inputs, and a budget the default
-decisions meet only by serializing the step is met faster. (That the chosen decisions train as one process does:
-tests/codegen/test_sharded_parameters.py.)"""
+decisions meet only by serializing the step is met faster. (That the chosen decisions train
+as one process does: tests/codegen/test_sharded_parameters.py.)"""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def kept_buckets(graph: Graph) -> tuple[bool, ...]:
     kept for backward."""
     count = sum(1 for n in graph.nodes if n.name.startswith("reducescatter/"))
     kept = {gather_bucket(n.name) for n in graph.nodes
-            if n.op == "AllGather" and n.attrs.get("keep") == 1}
+            if n.name.startswith("allgather/") and n.attrs.get("keep") == 1}
     return tuple(k in kept for k in range(count))
 
 
@@ -82,8 +82,12 @@ RESERVED = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathere
             "regathered/")
 
 
-def _check_names(graph: Graph) -> None:
-    """UserError when the graph already uses a name the rewrite reserves."""
+def _check(graph: Graph, buckets: int, keep: tuple[bool, ...]) -> None:
+    """UserError when the graph already uses a name the rewrite reserves, or `keep` is not
+    one decision per bucket."""
+    if keep and len(keep) != buckets:
+        raise UserError(f"graph {graph.name!r}: --shard-parameters keeps {len(keep)} buckets' "
+                        f"forward copies; the step has {buckets} buckets")
     taken = sorted(t.name for t in graph.tensors if t.name.startswith(RESERVED)) + sorted(
         n.name for n in graph.nodes if n.name.startswith(RESERVED))
     if taken:
@@ -131,6 +135,15 @@ def _gathers(graph: Graph, k: int, params: list[str], own: Tensor, fwd: list[int
     return out
 
 
+def _kept(fwd: list[int], back: list[int], others: set[int], keep: bool | None) -> bool:
+    """Whether a bucket read in forward (at `fwd`) and backward (`back`) keeps its forward copy
+    for backward: as planning chose (`keep`, GatherChoice), else the graph's rule (module
+    docstring: no other bucket's parameter read in between, at `others`)."""
+    if not (fwd and back):
+        return False
+    return keep if keep is not None else not any(fwd[-1] < i < back[0] for i in others)
+
+
 def _rewritten(graph: Graph, before: dict[int, list[Node]], update_at: dict[str, Node],
                scatter_after: dict[str, Node], renamed: dict[int, dict[str, str]],
                gone: set[str]) -> list[Node]:
@@ -155,17 +168,12 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
                             ranks_per_host: int = 1, keep: tuple[bool, ...] = ()) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
     (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards),
-    fp16-mixed's loss scaling over them (planner.step.collectives.sharded_scaling). `keep`:
-    per bucket, whether its forward copy is kept for backward (where it has both: planning's
-    choice, GatherChoice); () : the graph's rule. UserError for a gradient read by more than
-    its update, a bucket of mixed updates, reserved names in use, and a `keep` of another
-    length than the buckets."""
+    fp16-mixed's loss scaling over them (planner.step.collectives.sharded_scaling); `keep`:
+    _kept's, per bucket. UserError for a gradient read by more than its update, a bucket of
+    mixed updates, reserved names in use, a `keep` of another length than the buckets."""
     graph, scaling = without_loss_scaling(graph)
     graph, clip = without_clip(graph)
-    _check_names(graph)
-    if keep and len(keep) != len(bucket_list):
-        raise UserError(f"graph {graph.name!r}: --shard-parameters keeps {len(keep)} buckets' "
-                        f"forward copies; the step has {len(bucket_list)} buckets")
+    _check(graph, len(bucket_list), keep)
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
@@ -196,8 +204,7 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
         fwd = sorted({i for p in params for i in readers[p] if i < bwd})
         back = sorted({i for p in params for i in readers[p] if i >= bwd})
         others = {i for p, ks in bucket_of.items() if ks != k for i in readers[p]}
-        kept = bool(fwd and back) and (keep[k] if keep else not any(fwd[-1] < i < back[0]
-                                                                     for i in others))
+        kept = _kept(fwd, back, others, keep[k] if keep else None)
         for node, copies, at, prefix in _gathers(graph, k, params, own, fwd, back, kept, attrs):
             added += copies
             before.setdefault(at[0], []).append(node)
