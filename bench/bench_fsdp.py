@@ -21,8 +21,9 @@ kernel's scratch area is what oneDNN asked for here rather than the analytical b
 a GEMM is two copies of its operands (the GPT's head weight-gradient GEMM: 1.75 MiB reserved,
 256 KiB asked for). Ours: zero3 (ZeRO-3's bucket size, prefetch depths and freed forward
 copies chosen by the planner: planner/pipeline/gathers.py), zero3d (ZeRO-3 under the default
-decisions, GatherChoice(): what the choice saves), zero3s (--bucket-bytes --small-bucket, the
-rest chosen; only with --small-bucket), zero1, dp; torch: fsdp2, ddp (`--kinds`: a subset).
+decisions, GatherChoice(): what the choice saves), zero3s (--bucket-bytes --small-bucket under
+the default decisions: the bucket size alone; only with --small-bucket), zero1, dp; torch:
+fsdp2, ddp (`--kinds`: a subset).
 P = 4 needs 4 cores (each rank plans on its share of whole cores).
 
 Memory, per rank, the largest over the ranks:
@@ -65,7 +66,7 @@ from bench_transformer import CONFIG as GPT  # noqa: E402
 RESNET = dict(depth=50, batch=8, image=32, width=0.25, classes=10)
 MODELS = {"gpt": ("gpt", GPT), "resnet-50": ("resnet", RESNET)}
 LR = 1e-3
-# zero3d: ZeRO-3 under the default decisions; zero3s: with --small-bucket's buckets
+# zero3d: ZeRO-3 under the default decisions; zero3s: those with --small-bucket's buckets
 OURS = ("zero3", "zero3d", "zero3s", "zero1", "dp")
 TORCH = ("fsdp2", "ddp")
 
@@ -114,7 +115,7 @@ def package(kind: str, model: str, ranks: int, folder: Path, small_bucket: int,
                 ranks=ranks, ranks_per_host=ranks, shard_optimizer=kind == "zero1",
                 shard_parameters=kind.startswith("zero3"),
                 bucket_bytes=small_bucket if kind == "zero3s" else None,
-                gathers=GatherChoice() if kind == "zero3d" else None)))
+                gathers=GatherChoice() if kind in ("zero3d", "zero3s") else None)))
     return build(render(p, folder / f"{model.replace('-', '_')}_{kind}{ranks}")).dir
 
 
