@@ -98,3 +98,13 @@ def test_show_prints_each_kind_of_decision_and_what_it_saves(tmp_path, capsys):
              if line.startswith("  chosen  ")]
     assert [line.split()[1] for line in lines] == ["bucket", "forward", "prefetch", "arena"]
     assert "under the default decisions (saves" in lines[-1]
+
+
+def test_a_given_bucket_size_is_kept_and_decisions_need_zero3():
+    """--bucket-bytes given: planning chooses the rest at that size; gathers without
+    --shard-parameters are refused in one line."""
+    p = _plan(bucket_bytes=1 << 14)
+    assert p.provenance.options["data_parallel"]["bucket_bytes"] == 1 << 14
+    assert _chosen(p).default_bucket_bytes == 1 << 14
+    with pytest.raises(ValueError, match="the all-gathers' decisions are --shard-parameters'"):
+        DataParallelOptions(ranks=2, gathers=GatherChoice())
