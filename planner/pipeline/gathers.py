@@ -55,7 +55,10 @@ from planner.target.backends import traits
 
 # How much longer than the default decisions' predicted step a chosen plan's may be: the
 # moves that free memory delay a gather's issue or add one; a step 2% longer is within the
-# cost model's error, a larger one is a trade the user makes with --memory-budget.
+# cost model's error, a larger one is a trade the user makes with --memory-budget. (The
+# prediction, not the run: on gloo ranks sharing a loaded 2-core host each added or exposed
+# collective cost milliseconds the link model prices in microseconds, and the chosen GPT
+# plan stepped 1.4-1.9x the default's: bench/results/2026-11-29-zero3-chosen.md.)
 STEP_TOLERANCE = 0.02
 # The bucket sizes tried, as divisors of the default's: smaller buckets hold fewer gathered
 # bytes at once and pay one collective's latency more per bucket.
