@@ -3,9 +3,10 @@
     plan(graph, target, costs, options) = run(planning(graph, target, costs, options)).plan
 
     STAGES, each a pure function Planning -> Planning:
-        gathers       ZeRO-3's memory decisions (bucket size, prefetch depths, which buckets'
-                      forward copies are freed and gathered again) chosen by planning the step
-                      under each (planner/pipeline/gathers.py), recorded in the options
+        gathers       under --memory-budget, ZeRO-3's memory decisions (bucket size, prefetch
+                      depths, which buckets' forward copies are freed and gathered again)
+                      chosen by planning the step under each (planner/pipeline/gathers.py),
+                      recorded in the options; without a budget the default decisions
         step graph    the rewrites that depend on the target, each checked:
                       planner.step.STEP_PASSES = (for_cores, layouts, fold_norm_relu,
                       fold_conv_leaky, fold_sum_relu, fold_norm_sum, collectives, blocked),

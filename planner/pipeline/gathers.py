@@ -1,9 +1,17 @@
-"""ZeRO-3's memory, chosen by planning (the stage "gathers" of planner.pipeline's STAGES): what
-SimpleFSDP and FSDP2 users tune by hand (the bucket size, how far ahead of its reader each
-all-gather is issued, whether a bucket's gathered copy is kept from forward to backward or
-freed and gathered again) chosen from the costs, so that the arena is the smallest whose
-predicted step is within STEP_TOLERANCE of the default decisions' (under --memory-budget: the
-fastest plan that fits it).
+"""ZeRO-3's memory under a memory budget, chosen by planning (the stage "gathers" of
+planner.pipeline's STAGES): what SimpleFSDP and FSDP2 users tune by hand (the bucket size, how
+far ahead of its reader each all-gather is issued, whether a bucket's gathered copy is kept
+from forward to backward or freed and gathered again) chosen from the costs: under
+--memory-budget, the decisions whose plan fits it at the fastest predicted step.
+
+Without a budget planning keeps the default decisions (the rules of
+planner.step.collectives.sharded_parameters; `gathers` left None) and does not search. It did:
+it chose the smallest arena whose predicted step was within 2% of the default decisions', and
+on the bench GPT (2 gloo ranks, bench/results/2026-11-29-zero3-chosen.md) that plan held 5%
+less but stepped 1.4-1.9x slower where the model predicted +0-1%: the link model prices each
+added or exposed collective in microseconds where on ranks sharing a loaded host it costs
+milliseconds. Until collectives are priced as the step runs them, a step that trade may make
+slower is one the user asks for, by naming the memory.
 
     for each bucket size (the default's, a half and a quarter of it; one given: that one)
         plan the step with the default decisions (GatherChoice())
@@ -12,31 +20,44 @@ fastest plan that fits it).
                   read later       issue its all-gather behind the peak op (prefetch depth)
                   read before and  free it after forward, gather it again (keep: false)
                   after, kept
-                plan the moves together, else each alone; keep the first that lowers the arena
-                within the step's bound; until none does
-    the best plan of all, its decisions recorded in the options (DataParallelOptions.gathers)
+                plan the moves together, else each alone; keep the first that fits the
+                budget at a faster step; until none does
+    the fastest plan that fits, its decisions recorded in the options (DataParallelOptions.gathers)
 
-Each trial is the plan's own stages (step graph, schedule, memory planning) on one cost model,
-so the choice is a pure function of the graph, costs and options: the same inputs give the same
-decisions, and re-planning a plan with its recorded options (planner explain, verify) makes the
-same plan without searching.
+Under a budget the memory planner fits a step by running it more serially
+(planner.memory.cpu_budget), so a move that frees gathered bytes at the peak can make the
+fitting step faster. The moves start only from a bucket size whose default decisions fit the
+budget (a budget none of those meets is refused as memory planning refuses it). Each trial is
+the plan's own stages (step graph, schedule, memory planning) on one cost model, so the choice
+is a pure function of the graph, costs and options: the same inputs give the same decisions,
+and re-planning a plan with its recorded options (planner explain, verify) makes the same plan
+without searching.
 
 Example:
     >>> import warnings
     >>> from planner.frontend.options import GraphOptions
     >>> from planner.frontend.prepare import prepare
     >>> from planner.graph.optimizer import Optimizer
+    >>> from planner.memory.options import MemoryOptions
     >>> from planner.pipeline import PlanOptions, plan
     >>> from planner.schedule.parallel import DataParallelOptions
     >>> from planner.target import preset
     >>> g = prepare("zoo:mlp?batch=64&hidden=256,256&in_features=64&classes=8",
     ...             GraphOptions(optimizer=Optimizer(kind="adam")))
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore")
-    ...     p = plan(g, preset("xeon-8180"), evaluation=False, options=PlanOptions(
-    ...         data_parallel=DataParallelOptions(ranks=2, shard_parameters=True)))
-    >>> chosen = p.provenance.options["data_parallel"]["gathers"]
-    >>> p.summary.memory.arena_bytes <= chosen["default_arena_bytes"]
+    >>> def zero3(budget=None):
+    ...     with warnings.catch_warnings():
+    ...         warnings.simplefilter("ignore")
+    ...         return plan(g, preset("xeon-8180"), evaluation=False, options=PlanOptions(
+    ...             memory=MemoryOptions(budget_bytes=budget),
+    ...             data_parallel=DataParallelOptions(ranks=2, shard_parameters=True)))
+    >>> default = zero3()
+    >>> "gathers" in default.provenance.options["data_parallel"]  # as without ZeRO-3's search
+    False
+    >>> budget = default.summary.memory.arena_bytes * 95 // 100
+    >>> chosen = zero3(budget)
+    >>> chosen.summary.memory.arena_bytes <= budget
+    True
+    >>> chosen.provenance.options["data_parallel"]["gathers"]["default_arena_bytes"] <= budget
     True
 """
 
@@ -53,13 +74,6 @@ from planner.step.collectives import GatherChoice
 from planner.step.collectives.sharded_parameters import gather_bucket, kept_buckets
 from planner.target.backends import traits
 
-# How much longer than the default decisions' predicted step a chosen plan's may be: the
-# moves that free memory delay a gather's issue or add one; a step 2% longer is within the
-# cost model's error, a larger one is a trade the user makes with --memory-budget. (The
-# prediction, not the run: on gloo ranks sharing a loaded 2-core host each added or exposed
-# collective cost milliseconds the link model prices in microseconds, and the chosen GPT
-# plan stepped 1.4-1.9x the default's: bench/results/2026-11-29-zero3-chosen.md.)
-STEP_TOLERANCE = 0.02
 # The bucket sizes tried, as divisors of the default's: smaller buckets hold fewer gathered
 # bytes at once and pay one collective's latency more per bucket.
 BUCKET_DIVISORS = (1, 2, 4)
@@ -94,14 +108,14 @@ class Trial:
 
 
 def choose_gathers(p: Planning) -> Planning:
-    """`p` with ZeRO-3's decisions chosen (module docstring) and recorded in its options'
-    data_parallel.gathers; `p` itself where it shards no parameters or its options give them.
-    The chosen plan's arena is at most the default decisions' (laid out alike); where no
-    decisions fit the memory budget, the default's are recorded (memory planning then names
-    the smallest feasible budget)."""
+    """`p` with ZeRO-3's decisions chosen under its memory budget (module docstring) and
+    recorded in its options' data_parallel.gathers; `p` itself where it shards no parameters,
+    its options give the decisions or it has no budget (the default decisions). Where no
+    decisions fit the budget, the default's are recorded (memory planning then names the
+    smallest feasible budget)."""
     dp = p.options.data_parallel
     if dp.ranks == 1 or not dp.shard_parameters or dp.gathers is not None \
-            or not traits(p.target).shards_parameters:
+            or p.options.memory.budget_bytes is None or not traits(p.target).shards_parameters:
         return p
     priced = stages.price(p.but(graph=stages.step(p).graph))
     default = chosen_collectives(p.graph, p.target, dp).bucket_bytes
@@ -109,11 +123,7 @@ def choose_gathers(p: Planning) -> Planning:
     base = _trial(p, priced, default, GatherChoice())
     chosen = None if found is None or (found.bucket_bytes, found.gathers) == (
         default, GatherChoice()) else _trial(p, priced, found.bucket_bytes, found.gathers)
-    budget = p.options.memory.budget_bytes is not None
-    bound = base.step_seconds * (1 + STEP_TOLERANCE) if base is not None else float("inf")
-    best = _better(chosen, base, bound, budget) if base is not None else chosen
-    if best is None:
-        best = Trial(default, GatherChoice(), p)
+    best = _better(chosen, base) or Trial(default, GatherChoice(), p)
     record = best.gathers.model_copy(update={} if base is None else {
         "default_bucket_bytes": default, "default_keep": kept_buckets(base.planning.graph),
         "default_arena_bytes": base.arena_bytes, "default_step_seconds": base.step_seconds})
@@ -133,19 +143,17 @@ def _quick(p: Planning) -> Planning:
 
 
 def _searched(p: Planning, priced: Planning, default: int, given: bool) -> Trial | None:
-    """The best decisions the moves find from the default's at each bucket size (the
-    default's, then smaller ones while they do better; `given`: the default's alone)."""
-    budget = p.options.memory.budget_bytes is not None
-    base = _trial(p, priced, default, GatherChoice())
-    bound = base.step_seconds * (1 + STEP_TOLERANCE) if base is not None else float("inf")
+    """The fastest decisions that fit the budget the moves find from the default's at each
+    bucket size whose default decisions fit it (the default's, then smaller ones while they
+    do better; `given`: the default's alone)."""
     best = None
     for size in (default,) if given else tuple(dict.fromkeys(
             max(4, default // d) for d in BUCKET_DIVISORS)):
-        start = base if size == default else _trial(p, priced, size, GatherChoice())
-        found = None if start is None else _improved(p, priced, start, bound, budget)
-        if best is not None and _better(found, best, bound, budget) is best:
+        start = _trial(p, priced, size, GatherChoice())
+        found = None if start is None else _improved(p, priced, start)
+        if best is not None and _better(found, best) is best:
             break
-        best = _better(found, best, bound, budget)
+        best = _better(found, best)
     return best
 
 
@@ -161,20 +169,16 @@ def _trial(p: Planning, priced: Planning, size: int, gathers: GatherChoice) -> T
         return None
 
 
-def _better(t: Trial | None, best: Trial | None, bound: float, budget: bool) -> Trial | None:
-    """The better of two trials: under a budget the faster (then the smaller); else the
-    smaller of those within the step's bound (then the faster)."""
-    if t is None or (not budget and t.step_seconds > bound and best is not None):
-        return best
-    if best is None:
-        return t
-    key = ((lambda x: (x.step_seconds, x.arena_bytes)) if budget
-           else (lambda x: (x.arena_bytes, x.step_seconds)))
-    return t if key(t) < key(best) else best
+def _better(t: Trial | None, best: Trial | None) -> Trial | None:
+    """The better of two trials that fit the budget (None: one that does not): the faster,
+    then the smaller."""
+    if t is None or best is None:
+        return best if t is None else t
+    return t if (t.step_seconds, t.arena_bytes) < (best.step_seconds, best.arena_bytes) \
+        else best
 
 
-def _improved(p: Planning, priced: Planning, start: Trial, bound: float,
-              budget: bool) -> Trial:
+def _improved(p: Planning, priced: Planning, start: Trial) -> Trial:
     """`start` after the greedy moves at its peak (module docstring) that make it better."""
     best, tried = start, 0
     while tried < MOVES_PER_BUCKET_SIZE:
@@ -187,7 +191,7 @@ def _improved(p: Planning, priced: Planning, start: Trial, bound: float,
         for gathers in options[:MOVES_PER_BUCKET_SIZE - tried]:
             tried += 1
             t = _trial(p, priced, best.bucket_bytes, gathers)
-            if _better(t, best, bound, budget) is not best:
+            if _better(t, best) is not best:
                 assert t is not None
                 best = t
                 break

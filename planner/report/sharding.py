@@ -123,9 +123,9 @@ def format_sharding(plan: dict[str, Any]) -> str:
 
 
 def chosen_lines(plan: dict[str, Any]) -> list[str]:
-    """What planning chose of ZeRO-3's decisions against the default ones (one line per kind
-    of decision, planner.pipeline.gathers), from the options the plan records; none where it
-    did not search (the decisions given)."""
+    """What planning chose of ZeRO-3's decisions under the memory budget against the default
+    ones under it (one line per kind of decision, planner.pipeline.gathers), from the options
+    the plan records; none where it did not search (no budget, or the decisions given)."""
     dp = ((plan.get("provenance") or {}).get("options") or {}).get("data_parallel") or {}
     g = dp.get("gathers") or {}
     if not g.get("default_arena_bytes"):
@@ -143,7 +143,6 @@ def chosen_lines(plan: dict[str, Any]) -> list[str]:
         f"  chosen      forward copies kept for backward: {kept} of {count} buckets "
         f"(default {sum(was)} of {len(was)})",
         f"  chosen      prefetch depths cut (ops ahead of the first reader): {depths}",
-        f"  chosen      arena {arena / KiB:,.1f} KiB against {default / KiB:,.1f} KiB under "
-        f"the default decisions (saves {(default - arena) / KiB:,.1f} KiB, "
-        f"{(default - arena) / default:.1%}); predicted step {step * 1e3:.3f} ms against "
-        f"{before * 1e3:.3f} ms"]
+        f"  chosen      arena {arena / KiB:,.1f} KiB, predicted step {step * 1e3:.3f} ms; the "
+        f"default decisions under the same budget: {default / KiB:,.1f} KiB, "
+        f"{before * 1e3:.3f} ms ({before / step:.2f}x the step)"]

@@ -17,7 +17,6 @@ from planner.frontend.prepare import prepare
 from planner.graph.optimizer import Optimizer
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
-from planner.step.collectives import GatherChoice
 from planner.target import preset
 from planner.target.interconnect import Interconnect
 from planner.verify import verify_plan
@@ -28,11 +27,6 @@ LINK = Interconnect(bandwidth=12.5e9, latency_seconds=5e-6)
 
 
 def _plan(ranks: int, link: Interconnect = LINK, **dp):
-    """The plan under the default ZeRO-3 decisions (GatherChoice()): these tests are of the
-    schedule's issue points and the lane's order, not of what planning trades them for
-    (tests/schedule/test_zero3_chosen.py)."""
-    if dp.get("shard_parameters"):
-        dp.setdefault("gathers", GatherChoice())
     graph = prepare(GPT, GraphOptions(optimizer=Optimizer(kind="adamw")))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
