@@ -23,7 +23,7 @@ SPEC = "zoo:lenet?batch=2&image=8&width=0.5"
 
 
 def test_the_stages_in_order_and_plan_is_all_of_them():
-    assert [name for name, _ in STAGES] == ["step graph", "fits", "price", "evaluation",
+    assert [name for name, _ in STAGES] == ["gathers", "step graph", "fits", "price", "evaluation",
                                             "schedule", "place memory", "assemble", "verify"]
     g = prepare(SPEC, GraphOptions(optimizer=Optimizer(kind="sgd")))
     target = preset("knl-7250")

@@ -71,9 +71,7 @@ def assemble(graph: Graph, model: CostModel, options: PlanOptions, schedule: Sch
     provenance = PlanProvenance(
         graph_sha256=digest(graph.to_json()), target_sha256=target.digest(),
         costs_sha256=digest(table.to_json()) if table is not None else "",
-        # Data parallelism is named only when used: one-process plans read as they did.
-        options=options.model_dump(mode="json", exclude=None if options.data_parallel.ranks > 1
-                                   else {"data_parallel"}), tool=f"planner {__version__}")
+        options=_recorded(options), tool=f"planner {__version__}")
     # The schedules for fewer free cores, each computing the main schedule's bits.
     variants = variants_of(main_bits_rows(rows, ops)) \
         if rows and options.variants else ()
@@ -160,3 +158,13 @@ def _stream_busy(ops: tuple[OpPlan, ...], busy: dict[str, float]) -> float:
     if len({op.stream for op in ops if is_compute(op.stream)}) > 1:
         return busy_seconds((op.start, op.end) for op in ops if is_compute(op.stream))
     return sum(busy[op.name] for op in ops if op.stream == STREAMS[0])
+
+
+def _recorded(options: PlanOptions) -> dict:
+    """The options as the plan records them. Data parallelism is named only when used, and
+    ZeRO-3's decisions only where given or chosen (under a budget:
+    planner/pipeline/gathers.py): plans without them read as they did."""
+    dp = options.data_parallel
+    exclude = {"data_parallel"} if dp.ranks == 1 \
+        else {"data_parallel": {"gathers"}} if dp.gathers is None else None
+    return options.model_dump(mode="json", exclude=exclude)

@@ -3,6 +3,10 @@
     plan(graph, target, costs, options) = run(planning(graph, target, costs, options)).plan
 
     STAGES, each a pure function Planning -> Planning:
+        gathers       under --memory-budget, ZeRO-3's memory decisions (bucket size, prefetch
+                      depths, which buckets' forward copies are freed and gathered again)
+                      chosen by planning the step under each (planner/pipeline/gathers.py),
+                      recorded in the options; without a budget the default decisions
         step graph    the rewrites that depend on the target, each checked:
                       planner.step.STEP_PASSES = (for_cores, layouts, fold_norm_relu,
                       fold_conv_leaky, fold_sum_relu, fold_norm_sum, collectives, blocked),
@@ -54,6 +58,7 @@ from planner.ir.graph import Graph
 from planner.memory.decision import MemoryDecision
 from planner.memory.options import MemoryOptions
 from planner.pipeline.assembly import assemble
+from planner.pipeline.gathers import choose_gathers
 from planner.pipeline.options import PlanOptions
 from planner.pipeline.record import Planning, planning
 from planner.plan import Plan
@@ -82,6 +87,7 @@ Stage = Callable[[Planning], Planning]
 # The back half, in order: each a pure function of the record (the front half is
 # planner.frontend.prepare's PASSES). Drivers that need part of it run those stages by name.
 STAGES: tuple[tuple[str, Stage], ...] = (
+    ("gathers", choose_gathers),
     ("step graph", stages.step),
     ("fits", stages.fits),
     ("price", stages.price),

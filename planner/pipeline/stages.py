@@ -3,6 +3,8 @@ evaluation's (which plans a graph by the stages: planner/pipeline/driver.py)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from planner.costs import CostModel
 from planner.errors import PlanError
 from planner.pipeline.assembly import assemble
@@ -45,8 +47,11 @@ def schedule(p: Planning) -> Planning:
     assert p.model is not None
     backend = BACKENDS[p.share.backend]
     link = p.options.data_parallel.link or interconnect(p.share)
+    gathers = p.options.data_parallel.gathers
+    lane = partial(comm_lane, p.graph, link=link,
+                   prefetch=gathers.prefetch_limits() if gathers is not None else None)
     compute = compute_graph(p.graph)
-    schedule = comm_lane(p.graph, backend.schedule(compute, p.model, p.options.schedule), link)
+    schedule = lane(backend.schedule(compute, p.model, p.options.schedule))
     one_lane = backend.one_lane(schedule, p.options)
     # Under a budget, the main strategy without parallel-loop groups too (the budget search
     # runs a group's ops one after another: planner.pipeline.placing._without_groups).
@@ -54,9 +59,8 @@ def schedule(p: Planning) -> Planning:
         and any(o.group for o in schedule.ops)
     plain = p.options.schedule.model_copy(update={"grouping": False, "corun_groups": False})
     return p.but(schedule=schedule, one_lane=None if one_lane is None else
-                 comm_lane(p.graph, backend.schedule(compute, p.model, one_lane), link),
-                 ungrouped=comm_lane(p.graph, backend.schedule(compute, p.model, plain), link)
-                 if grouped else None)
+                 lane(backend.schedule(compute, p.model, one_lane)),
+                 ungrouped=lane(backend.schedule(compute, p.model, plain)) if grouped else None)
 
 
 def place_memory(p: Planning) -> Planning:

@@ -119,4 +119,30 @@ def format_sharding(plan: dict[str, Any]) -> str:
             g["keep"], "")
         lines.append(f"  all-gather  {g['name']}: {kib(g['bytes'])}, issued {g['prefetch']} "
                      f"op(s) ahead of {g['first_reader']}{keep}")
-    return "\n".join(lines)
+    return "\n".join(lines + chosen_lines(plan))
+
+
+def chosen_lines(plan: dict[str, Any]) -> list[str]:
+    """What planning chose of ZeRO-3's decisions under the memory budget against the default
+    ones under it (one line per kind of decision, planner.pipeline.gathers), from the options
+    the plan records; none where it did not search (no budget, or the decisions given)."""
+    dp = ((plan.get("provenance") or {}).get("options") or {}).get("data_parallel") or {}
+    g = dp.get("gathers") or {}
+    if not g.get("default_arena_bytes"):
+        return []
+    nodes = plan["graph"]["nodes"]
+    kept = sum(n["attrs"].get("keep") == 1 for n in nodes)  # forward gathers say it
+    count = sum(n["name"].startswith("reducescatter/") for n in nodes)
+    was = g.get("default_keep", [])
+    arena, default = plan["summary"]["memory"]["arena_bytes"], g["default_arena_bytes"]
+    step, before = plan["summary"]["step_seconds"], g["default_step_seconds"]
+    depths = ", ".join(f"{n} {d}" for n, d in g.get("prefetch", [])) or "none"
+    return [
+        f"  chosen      bucket size {dp.get('bucket_bytes', 0) / KiB:,.1f} KiB (default "
+        f"{g['default_bucket_bytes'] / KiB:,.1f} KiB)",
+        f"  chosen      forward copies kept for backward: {kept} of {count} buckets "
+        f"(default {sum(was)} of {len(was)})",
+        f"  chosen      prefetch depths cut (ops ahead of the first reader): {depths}",
+        f"  chosen      arena {arena / KiB:,.1f} KiB, predicted step {step * 1e3:.3f} ms; the "
+        f"default decisions under the same budget: {default / KiB:,.1f} KiB, "
+        f"{before * 1e3:.3f} ms ({before / step:.2f}x the step)"]

@@ -60,7 +60,7 @@ from planner.ir.record import Record
 from planner.ops import get_op
 from planner.ops.collective import COLLECTIVE_OPS
 from planner.schedule.record import Edge, Schedule, ScheduledOp
-from planner.step.collectives import Collectives, collectives
+from planner.step.collectives import Collectives, GatherChoice, collectives
 from planner.step.collectives.data_parallel import reduced_gradients
 from planner.target.backends import traits
 from planner.target.interconnect import Interconnect, interconnect, ring_link
@@ -85,6 +85,10 @@ class DataParallelOptions(Record):
     # ZeRO-3: the parameters sharded too (planner.step.collectives.sharded_parameters); implies
     # shard_optimizer's sharded optimizer state.
     shard_parameters: bool = False
+    # ZeRO-3's memory decisions (keep or free each bucket's forward copy, each all-gather's
+    # prefetch depth); None: planning chooses them, with the bucket size, from the costs
+    # (planner.pipeline.gathers), and the plan records its choice here.
+    gathers: GatherChoice | None = None
 
     @model_validator(mode="after")
     def _hosts(self) -> DataParallelOptions:
@@ -97,6 +101,9 @@ class DataParallelOptions(Record):
         if self.shard_parameters and self.ranks == 1:
             raise ValueError("--shard-parameters shards the parameters among the ranks of "
                              "--data-parallel N (N >= 2)")
+        if self.gathers is not None and not self.shard_parameters:
+            raise ValueError("gathers: the all-gathers' decisions are --shard-parameters' "
+                             "(ZeRO-3)")
         return self
 
 
@@ -164,7 +171,8 @@ def issue_point(seconds: float, start: float, ends: Sequence[float]) -> int:
     return min(range(len(ends)), key=lambda i: (ends[i], i))
 
 
-def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
+def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect,
+              prefetch: dict[str, int] | None = None) -> Schedule:
     """`schedule` (of compute_graph(graph)) with graph's collectives on lane "comm".
 
     Order: the compute ops keep theirs, but the updates that read averaged gradients (and,
@@ -174,7 +182,9 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
     a sharded update right after the last op it depends on. Edges: every data and
     in-place dependency of `graph`, the previous op on each of an op's CPUs, the previous
     collective on the comm lane. Times: each op starts when the last op ordered before it
-    ends (the executor's rule), a collective taking collective_seconds of its bucket."""
+    ends (the executor's rule), a collective taking collective_seconds of its bucket.
+    `prefetch`: ZeRO-3's depth limits, {all-gather: the most compute ops ahead of its first
+    reader it may be issued} (GatherChoice)."""
     ar = [n for n in graph.nodes if n.op in COLLECTIVE_OPS]
     if not ar:
         return schedule
@@ -184,8 +194,8 @@ def comm_lane(graph: Graph, schedule: Schedule, link: Interconnect) -> Schedule:
                                           link) for n in ar}
     rank = _late_updates_rank(graph, schedule, ar)
     _rank_reductions(schedule, ar, deps, seconds, rank)
-    issue_after, prefetch = _gather_ranks(graph, schedule, rank, seconds)
-    ops, edges = _retimed(graph, schedule, rank, deps, seconds, issue_after, prefetch)
+    issue_after, ahead = _gather_ranks(graph, schedule, rank, seconds, prefetch or {})
+    ops, edges = _retimed(graph, schedule, rank, deps, seconds, issue_after, ahead)
     # Execution order is start order (as cpu_schedule's), so memory planning's reuse edges
     # point forward; every edge does already (a successor starts when its predecessor ends).
     ops.sort(key=lambda op: (op.start, op.end, rank[op.name]))
@@ -300,11 +310,12 @@ def _ready_rank(schedule: Schedule, rank: dict[str, float]) -> Callable[[float],
 
 
 def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
-                  seconds: dict[str, float]) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+                  seconds: dict[str, float], limits: dict[str, int]
+                  ) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
     """Place each AllGather (ZeRO-3) in `rank`, issued behind the op issue_point chooses of
-    those between its memory bound and its first reader, on the compute schedule's predicted
-    times; ({gather: the compute op it is issued after}, {gather: how many compute ops ahead
-    of its first reader that is})."""
+    those between its memory bound (and its prefetch depth in `limits`, if named) and its first
+    reader, on the compute schedule's predicted times; ({gather: the compute op it is issued
+    after}, {gather: how many compute ops ahead of its first reader that is})."""
     gathers = [n for n in graph.nodes if n.op == "AllGather"]
     if not gathers:
         return {}, {}
@@ -330,7 +341,7 @@ def _gather_ranks(graph: Graph, schedule: Schedule, rank: dict[str, float],
         at = first[g.name]
         if at != previous:
             bound, previous = previous, at
-        low = max(bound, last.get(g.inputs[0], -1) + 1)
+        low = max(bound, last.get(g.inputs[0], -1) + 1, at - limits.get(g.name, at))
         # behind compute[low - 1] at the earliest (the step's start: -1, ending at 0); where
         # the bound falls after the reader (its bucket's earlier copy read later still: both
         # copies are held whatever the issue), right behind the op before the reader
@@ -408,7 +419,9 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
     limit = options.bucket_bytes or bucket_bytes(options.ranks,
                                                  link or options.link or interconnect(target))
     rewrite: Literal["all-reduce", "sharded-updates", "sharded-parameters"] = "all-reduce"
+    keep: tuple[bool, ...] = ()
     if options.shard_parameters:
+        keep = options.gathers.keep if options.gathers is not None else ()
         if not traits(target).shards_parameters:
             raise UserError(f"graph {graph.name!r}: --shard-parameters runs on the CPU executor "
                             f"only yet (target backend {target.backend!r})")
@@ -429,4 +442,4 @@ def chosen_collectives(graph: Graph, target: Target, options: DataParallelOption
         rewrite = "sharded-updates"
     return Collectives(ranks=options.ranks, ranks_per_host=options.ranks_per_host,
                        rewrite=rewrite, bucket_bytes=limit,
-                       alignment=traits(target).bucket_alignment)
+                       alignment=traits(target).bucket_alignment, keep=keep)

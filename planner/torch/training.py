@@ -31,7 +31,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -501,12 +501,26 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
 
 
 def _shapes(recipe: Recipe, first: Built, limit: int | None, examples: Sequence[Any]) -> Shapes:
-    """The run's shapes from `first`: others planned as `first` was, or run in its range."""
+    """The run's shapes from `first`: others planned as `first` was (ZeRO-3: with its bucket
+    size), or run in its range."""
+    recipe = _first_buckets(recipe, first)
     traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
     return Shapes(first, lambda arrays, imported=None: _build_shape(recipe, arrays, imported),
                   limit=limit,
                   within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced),
                   examples=examples)
+
+
+def _first_buckets(recipe: Recipe, first: Built) -> Recipe:
+    """`recipe` planning every shape with the bucket size ZeRO-3's first plan chose
+    (planner/pipeline/gathers.py chooses one per plan): the run's shards move between shapes'
+    plans only where their buckets are alike (shapes.hand_over)."""
+    dp = recipe.plan_options.data_parallel
+    chosen = (first.plan.provenance.options.get("data_parallel") or {}).get("bucket_bytes")
+    if not dp.shard_parameters or dp.bucket_bytes is not None or chosen is None:
+        return recipe
+    return replace(recipe, plan_options=recipe.plan_options.model_copy(update={
+        "data_parallel": dp.model_copy(update={"bucket_bytes": chosen})}))
 
 
 def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None, target: str,

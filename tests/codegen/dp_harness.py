@@ -24,6 +24,7 @@ from planner.graph.interpret import init_params
 from planner.graph.optimizer import Optimizer, parse_hyperparameter_tensor
 from planner.pipeline import PlanOptions, plan
 from planner.schedule.parallel import DataParallelOptions
+from planner.step.collectives import GatherChoice
 from planner.target.detect import detect
 from planner.zoo import build as zoo
 
@@ -46,11 +47,13 @@ def mlp_graph(kind: str, batch: int, clip: float | None = None, accumulate: int 
 
 def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1,
                   shard: bool = False, clip: float | None = None, accumulate: int = 1,
-                  shard_parameters: bool = False, precision: str = "fp32") -> Path:
+                  shard_parameters: bool = False, precision: str = "fp32",
+                  gathers: GatherChoice | None = None, tag: str = "") -> Path:
     """Plan the MLP (per-rank batch SHARD) for `ranks` processes, `per_host` of them sharing
-    a host (`shard`: with --shard-optimizer; `shard_parameters`: --shard-parameters;
-    `clip`: clip_grad_norm_; `accumulate`: micro-batches per optimizer step; `precision`),
-    render and build it."""
+    a host (`shard`: with --shard-optimizer; `shard_parameters`: --shard-parameters, with
+    ZeRO-3's decisions `gathers` if given, else planning's; `clip`: clip_grad_norm_;
+    `accumulate`: micro-batches per optimizer step; `precision`), render and build it (its
+    folder's name ending in `tag`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph = mlp_graph(kind, SHARD, clip, accumulate, precision)
@@ -58,13 +61,14 @@ def build_package(kind: str, folder: Path, ranks: int = RANKS, per_host: int = 1
             data_parallel=DataParallelOptions(ranks=ranks, bucket_bytes=BUCKET_BYTES,
                                               ranks_per_host=per_host,
                                               shard_optimizer=shard,
-                                              shard_parameters=shard_parameters)))
+                                              shard_parameters=shard_parameters,
+                                              gathers=gathers)))
     sharded = shard or shard_parameters
     assert sum(op.op == ("ReduceScatter" if sharded else "AllReduce") for op in p.ops) >= 2
     name = f"mlp_dp_{kind}_{ranks}_{per_host}" + ("_zero1" if shard else "") + (
         "_zero3" if shard_parameters else "") + (
         "_clip" if clip else "") + (f"_acc{accumulate}" if accumulate > 1 else "") + (
-        f"_{precision.replace('-', '_')}" if precision != "fp32" else "")
+        f"_{precision.replace('-', '_')}" if precision != "fp32" else "") + tag
     return build(render(p, folder / name)).dir
 
 

@@ -13,12 +13,17 @@ import shutil
 import numpy as np
 import pytest
 
+from planner.step.collectives import GatherChoice
+from planner.step.collectives.data_parallel import buckets
 from tests.codegen.dp_harness import (
+    BUCKET_BYTES,
     RANKS,
+    SHARD,
     build_package,
     check_evaluation,
     check_numbers,
     launch_ranks,
+    mlp_graph,
     write_data,
 )
 from tests.helpers.sharded import gathered
@@ -80,3 +85,29 @@ def test_sharded_parameter_ranks_match_one_process_on_the_global_batch(tmp_path,
         saved = (ranks - 1) * replicated // ranks
         for h0, h3 in zip(held_plain, held_zero3, strict=True):
             assert h3 <= h0 - saved + param_bytes, (h3, h0, saved, param_bytes)
+
+
+def test_every_zero3_decision_trains_as_one_process(tmp_path):
+    """ZeRO-3's decisions at their extremes, as planning may choose them (GatherChoice): every
+    bucket's forward copy freed and gathered again for backward, each all-gather issued right
+    behind the op before its first reader (prefetch depth 0); and every forward copy kept
+    for backward. 20 Adam steps on 2 ranks each end equal to PyTorch on the global batch."""
+    count = len(buckets(mlp_graph("adam", SHARD), BUCKET_BYTES))
+    depth0 = tuple((f"allgather/{k}{phase}", 0) for k in range(count)
+                   for phase in ("", "/backward"))
+    choices = {"freed": GatherChoice(keep=(False,) * count, prefetch=depth0),
+               "kept": GatherChoice(keep=(True,) * count)}
+    pkgs = {name: build_package("adam", tmp_path, shard_parameters=True, gathers=g,
+                                tag=f"_{name}") for name, g in choices.items()}
+    for name, pkg in pkgs.items():  # the decisions are the plan's
+        graph = json.loads((pkg / "plan.json").read_text())["graph"]
+        backward = sum(n["name"].endswith("/backward") for n in graph["nodes"])
+        assert (backward > 0) == (name == "freed"), (name, backward)
+    data, params, x, labels = write_data(tmp_path)
+    outs = {name: [tmp_path / f"{name}{r}.npz" for r in range(RANKS)] for name in pkgs}
+    runs = launch_ranks([os.pathsep.join(str(p) for p in pkgs.values())] * RANKS, data,
+                        [os.pathsep.join(str(outs[n][r]) for n in pkgs) for r in range(RANKS)])
+    assert all(r.returncode == 0 for r in runs), [r.stdout[-1500:] for r in runs]
+    for name, pkg in pkgs.items():
+        check_numbers("adam", RANKS, runs, gathered(pkg, outs[name], tmp_path, name), params,
+                      x, labels)

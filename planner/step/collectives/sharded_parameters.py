@@ -16,11 +16,14 @@ cover the same floats):
                                   the shards: shard/k/param, shard/k/grad, shard/k/<slot>; no
                                   all-gather after it (the next step's gathers are that)
 
-Keeping the forward copy for backward is a decision made here from the graph: a bucket is kept
-where no other bucket's parameter is read between its last forward reader and its first
-backward reader (the last layers, whose gap is the loss): freeing it there would save its bytes
-only over parameter-free ops, at the price of one more all-gather. How far ahead of its first
-reader each all-gather is issued is the schedule's decision (planner.schedule.parallel).
+Keeping the forward copy for backward is, by default, a decision made here from the graph: a
+bucket is kept where no other bucket's parameter is read between its last forward reader and
+its first backward reader (the last layers, whose gap is the loss): freeing it there would save
+its bytes only over parameter-free ops, at the price of one more all-gather. Planning may
+choose otherwise per bucket from the costs and the memory timeline (`keep`, chosen by
+planner.pipeline.gathers: a kept copy held over the step's peak is freed there). How far ahead
+of its first reader each all-gather is issued is the schedule's decision
+(planner.schedule.parallel), within the prefetch depth planning chose for it.
 
 Example:
     >>> from planner.frontend.autodiff import make_training_graph
@@ -61,12 +64,30 @@ def backward_start(graph: Graph) -> int:
                  if any(graph.tensor_map[t].role == "grad" for t in n.outputs)), len(graph.nodes))
 
 
+def gather_bucket(name: str) -> int:
+    """The bucket of an all-gather the rewrite named (allgather/<k>, allgather/<k>/backward)."""
+    return int(name.split("/")[1])
+
+
+def kept_buckets(graph: Graph) -> tuple[bool, ...]:
+    """Per bucket of a rewritten graph (one reduce-scatter each), whether its forward copy is
+    kept for backward."""
+    count = sum(1 for n in graph.nodes if n.name.startswith("reducescatter/"))
+    kept = {gather_bucket(n.name) for n in graph.nodes
+            if n.name.startswith("allgather/") and n.attrs.get("keep") == 1}
+    return tuple(k in kept for k in range(count))
+
+
 RESERVED = ("reducescatter/", "shardedupdate/", "shard/", "allgather/", "gathered/",
             "regathered/")
 
 
-def _check_names(graph: Graph) -> None:
-    """UserError when the graph already uses a name the rewrite reserves."""
+def _check(graph: Graph, buckets: int, keep: tuple[bool, ...]) -> None:
+    """UserError when the graph already uses a name the rewrite reserves, or `keep` is not
+    one decision per bucket."""
+    if keep and len(keep) != buckets:
+        raise UserError(f"graph {graph.name!r}: --shard-parameters keeps {len(keep)} buckets' "
+                        f"forward copies; the step has {buckets} buckets")
     taken = sorted(t.name for t in graph.tensors if t.name.startswith(RESERVED)) + sorted(
         n.name for n in graph.nodes if n.name.startswith(RESERVED))
     if taken:
@@ -114,6 +135,15 @@ def _gathers(graph: Graph, k: int, params: list[str], own: Tensor, fwd: list[int
     return out
 
 
+def _kept(fwd: list[int], back: list[int], others: set[int], keep: bool | None) -> bool:
+    """Whether a bucket read in forward (at `fwd`) and backward (`back`) keeps its forward copy
+    for backward: as planning chose (`keep`, GatherChoice), else the graph's rule (module
+    docstring: no other bucket's parameter read in between, at `others`)."""
+    if not (fwd and back):
+        return False
+    return keep if keep is not None else not any(fwd[-1] < i < back[0] for i in others)
+
+
 def _rewritten(graph: Graph, before: dict[int, list[Node]], update_at: dict[str, Node],
                scatter_after: dict[str, Node], renamed: dict[int, dict[str, str]],
                gone: set[str]) -> list[Node]:
@@ -135,15 +165,15 @@ def _rewritten(graph: Graph, before: dict[int, list[Node]], update_at: dict[str,
 
 
 def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: int,
-                            ranks_per_host: int = 1) -> Graph:
+                            ranks_per_host: int = 1, keep: tuple[bool, ...] = ()) -> Graph:
     """`graph` with its parameters, gradients and optimizer state sharded over `ranks`
     (module docstring), clip_grad_norm's over the gradient shards (with_clipped_shards),
-    fp16-mixed's loss scaling over them (planner.step.collectives.sharded_scaling). UserError for a
-    gradient read by more than its update, a bucket of mixed updates, and reserved names in
-    use."""
+    fp16-mixed's loss scaling over them (planner.step.collectives.sharded_scaling); `keep`:
+    _kept's, per bucket. UserError for a gradient read by more than its update, a bucket of
+    mixed updates, reserved names in use, a `keep` of another length than the buckets."""
     graph, scaling = without_loss_scaling(graph)
     graph, clip = without_clip(graph)
-    _check_names(graph)
+    _check(graph, len(bucket_list), keep)
     attrs: dict[str, int] = {"ranks": ranks}
     if ranks_per_host > 1:
         attrs["ranks_per_host"] = ranks_per_host
@@ -174,8 +204,8 @@ def with_sharded_parameters(graph: Graph, bucket_list: list[list[str]], ranks: i
         fwd = sorted({i for p in params for i in readers[p] if i < bwd})
         back = sorted({i for p in params for i in readers[p] if i >= bwd})
         others = {i for p, ks in bucket_of.items() if ks != k for i in readers[p]}
-        keep = bool(fwd and back) and not any(fwd[-1] < i < back[0] for i in others)
-        for node, copies, at, prefix in _gathers(graph, k, params, own, fwd, back, keep, attrs):
+        kept = _kept(fwd, back, others, keep[k] if keep else None)
+        for node, copies, at, prefix in _gathers(graph, k, params, own, fwd, back, kept, attrs):
             added += copies
             before.setdefault(at[0], []).append(node)
             for i in at:
