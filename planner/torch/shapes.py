@@ -8,16 +8,30 @@ planned or built; a batch past every kept range plans the next range (each large
 rounded up to a power of two) and runs in it. Executors are kept here, least recently used
 first out beyond `limit` (range plans last; the first shape, the primary, is never dropped).
 
-Why an executor per shape with the run state handed over, rather than views of one set of
-buffers: each plan places its parameters and optimizer state at its own arena offsets
-(weight packs, the update ops' in-place writes), so sharing bytes would need every executor
-to take its persistent tensors from outside its arena. Handing over is a copy of the run
-state (parameters, buffers, optimizer slots, step counts, hyperparameters), the bytes an
-optimizer update already reads and writes once per step, so a step on another shape costs
-at most about one more update's memory traffic (docs/architecture.md). The primary holds
-the run between calls: a step on another shape copies the primary's state in, steps, and
-copies it back, so live views of the primary (`Trainer.load_into`, `params(copy=False)`)
-and the hyperparameters a scheduler sets on `Trainer.executor` are always the run's.
+One arena per plan, not per shape. A shape run in a range runs on the range plan's executor's
+arena (the CPU executor's `arena_of`): the same library, so every persistent tensor at the
+same offset, the run's parameters, buffers, optimizer slots, step counts and hyperparameters
+read and updated in place, nothing copied between the range's executors; each keeps only its
+kernels (made for its shapes), its weight packs and scratch blocks. The bytes only a shape
+owns there (`Built.own`: state the step never writes whose value follows the batch, a
+constant built from a length) are loaded before its call and the range's loaded back after
+it (`Built.restore`), so between calls the arena holds the range's. The executors on one
+arena take turns (one lock; a step of one is refused while another's step_async is in
+flight): the trainer steps one at a time. The dynamic-padding fine-tune (71 lengths) held
+one arena per kept length before, and handed its state over twice a step.
+
+    primary [8, 56]          -- arena A --  [8, 30], [8, 41], ...  (on A: nothing moves)
+    declared range [8, 96]   -- arena B --  [8, 70], [8, 88], ...  (A -> B in, B -> A back)
+
+Shapes planned apart (another plan, other offsets: weight packs, the update ops' in-place
+writes place parameters where their plan does) hand the run state over: a copy of the
+persistent tensors (parameters, buffers, optimizer slots, step counts, hyperparameters), the
+bytes an optimizer update already reads and writes once per step, so a step on another plan
+costs at most about one more update's memory traffic (docs/architecture.md). The primary
+holds the run between calls: a step on another arena copies the primary's state in, steps,
+and copies it back, so live views of the primary (`Trainer.load_into`, `params(copy=False)`)
+and the hyperparameters a scheduler sets on `Trainer.executor` are always the run's; its
+range's shapes share them outright.
 
 What is handed over: every persistent tensor (param, state, optimizer-state) the two plans
 hold under one name and shape. A tensor the step writes (some tensor `updates` it) that
@@ -34,8 +48,8 @@ from __future__ import annotations
 import math
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,9 +59,10 @@ from planner.errors import UserError
 PERSISTENT = ("param", "state", "optimizer-state")
 # Executors kept besides the primary's, least recently used dropped first: by default this
 # many of shapes planned apart (each a plan and build of its own), and of shapes run on a kept
-# range plan's build (an executor only) as many as their arenas hold in WITHIN_BYTES. Under a
-# count of 4 for both, a dynamic-padding run (71 lengths, one range) made an executor again at
-# nearly every step: 53 ms a step where a kept one stepped in 10-32 (the text workload of
+# range plan's build (an executor only, on the range's arena) as many as the bytes they hold
+# of their own (weight packs, scratch blocks) fit in WITHIN_BYTES. Under a count of 4 for
+# both, a dynamic-padding run (71 lengths, one range) made an executor again at nearly every
+# step: 53 ms a step where a kept one stepped in 10-32 (the text workload of
 # bench/bench_first_step.py).
 DEFAULT_LIMIT = 4
 WITHIN_BYTES = 1 << 30
@@ -81,6 +96,15 @@ class Built:
     # background (codegen/measure_later.py): the jobs it waits on; None: priced by all it
     # asked.
     provisional: frozenset[str] | None = None
+    # A shape run on a range plan's build (`within`) runs on that plan's executor's arena: the
+    # persistent tensors whose bytes are its own there (never written by the step, of another
+    # value than the range's: a constant built from a length), loaded before each of its
+    # calls, and the range's values of them, loaded back after it (own_values).
+    own: Mapping[str, np.ndarray] = field(default_factory=dict)
+    restore: Mapping[str, np.ndarray] = field(default_factory=dict)
+    # The bytes its executor holds of its own (a shape on a range's arena: its weight packs
+    # and scratch blocks; else its plan's arena), what the kept executors are bounded by.
+    held_bytes: int | None = None
 
 
 def key_of(arrays: Sequence[np.ndarray]) -> ShapeKey:
@@ -133,6 +157,26 @@ def written(graph: Any) -> set[str]:
     return {t.updates for t in graph.tensors if t.updates is not None}
 
 
+def own_values(ranged: Built, graph: Any, exported: Mapping[str, np.ndarray]
+               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """What a shape whose step graph is `graph`, run on the range plan `ranged`'s arena,
+    holds there of its own (Built.own): the persistent tensors the step never writes whose
+    value at these shapes (`exported`: what its import starts from) differs from the range's
+    import's (a constant built from a length, of one shape at every length: a range keeps
+    every persistent tensor's shape); and the range's values of them, as its arena holds them
+    between calls. A frozen parameter or buffer imports alike at every shape: the run's."""
+    state = written(graph) | written(ranged.graph)
+    theirs = ranged.imported.params()
+    names = [t.name for t in graph.tensors if t.role in PERSISTENT and t.name not in state
+             and t.name in exported and t.name in theirs
+             and not np.array_equal(exported[t.name], theirs[t.name])]
+    if not names:
+        return {}, {}
+    held = ranged.executor.params(copy=False)
+    return ({n: exported[n] for n in names},
+            {n: np.array(held[n]) for n in names if n in held})
+
+
 def shard_layout(graph: Any) -> dict[tuple[str, str], tuple]:
     """What each shard tensor of a sharded data-parallel graph holds, by (op, shard): an
     AllGather's members (names and shapes, in bucket order), a ShardedUpdate's parameters;
@@ -154,11 +198,12 @@ def shard_layout(graph: Any) -> dict[tuple[str, str], tuple]:
     return out
 
 
-def hand_over(source: Built, target: Built) -> None:
-    """Copy the run state held by `source`'s executor into `target`'s (module docstring)."""
+def hand_over(source: Built, target: Built, keep: Collection[str] = ()) -> None:
+    """Copy the run state held by `source`'s executor into `target`'s (module docstring),
+    but the tensors named in `keep` (each executor's own)."""
     if source is target:
         return
-    held = source.executor.params(copy=False)
+    held = {k: v for k, v in source.executor.params(copy=False).items() if k not in keep}
     if not all(isinstance(v, np.ndarray) for v in held.values()):
         held = source.executor.params()  # device memory (a CUDA executor's): host copies
     theirs = {t.name: t for t in target.graph.tensors if t.role in PERSISTENT}
@@ -314,13 +359,13 @@ class Shapes:
         """The least recently used executor over the bound, or None: with a `shape_cache`
         given, any beyond that count (a range plan's last: the shapes it holds would
         otherwise be planned again); by default, one planned apart beyond DEFAULT_LIMIT of
-        them, or one of a range's shapes while their arenas exceed WITHIN_BYTES."""
+        them, or one of a range's shapes while what they hold exceeds WITHIN_BYTES."""
         within = [k for k, b in self._others.items() if b.within is not None]
         if not self.by_default:
             if len(self._others) <= self.limit:
                 return None
             return within[0] if within else next(iter(self._others))
-        if sum(_arena_bytes(self._others[k]) for k in within) > WITHIN_BYTES:
+        if sum(_held_bytes(self._others[k]) for k in within) > WITHIN_BYTES:
             return within[0]
         apart = [k for k in self._others if k not in set(within)]
         return apart[0] if len(apart) > self.limit else None
@@ -339,7 +384,7 @@ class Shapes:
             if not self.drop_told:  # once: shapes that keep changing would say it each step
                 self.drop_told = True
                 kept = (f"{self.limit} shapes planned apart, and a range's shapes within "
-                        f"{WITHIN_BYTES >> 20} MiB of arenas," if self.by_default
+                        f"{WITHIN_BYTES >> 20} MiB," if self.by_default
                         else f"shape_cache={self.limit}")
                 print(f"trainer: dropping the executor of shapes {spell(old)} ({kept} kept "
                       f"besides the first; later ones are dropped without a word)",
@@ -403,18 +448,39 @@ class Shapes:
 
     def run(self, built: Built, call: Callable[[Any], Any]) -> Any:
         """`call(executor)` on `built`'s executor with the run's state, which the primary
-        holds again afterwards."""
+        holds again afterwards: handed over where `built` runs on another arena than the
+        primary's; on the primary's (a shape in its range), nothing moves but `built`'s own
+        constants, loaded before and the range's loaded back after."""
         self.last = built
         if built is self.primary:
             return call(built.executor)
-        hand_over(self.primary, built)
+        apart = arena_of(built) != arena_of(self.primary)
+        if apart:
+            hand_over(self.primary, built, keep=built.own)
+        _load(built, built.own)
         try:
             return call(built.executor)
         finally:
-            hand_over(built, self.primary)
+            if apart:
+                hand_over(built, self.primary, keep=built.own)
+            _load(built, built.restore)
 
 
-def _arena_bytes(built: Built) -> int:
-    """The bytes of the arena an executor holds: its plan's (a range plan's for its shapes)."""
+def arena_of(built: Built) -> ShapeKey:
+    """The shapes of the executor whose arena `built`'s runs on: the range plan's for a shape
+    run in its range (they share it), else its own."""
+    return built.within if built.within is not None else built.key
+
+
+def _load(built: Built, values: Mapping[str, np.ndarray]) -> None:
+    if values:
+        built.executor.load_params(dict(values), partial=True)
+
+
+def _held_bytes(built: Built) -> int:
+    """The bytes an executor holds of its own: its plan's arena, or for a shape run on a range
+    plan's arena (shared), what its executor said it held besides (Built.held_bytes)."""
+    if built.held_bytes is not None:
+        return built.held_bytes
     memory = built.plan.summary.memory
     return memory.arena_bytes if memory is not None else 0

@@ -26,6 +26,7 @@ plan and executor of its own on first use, the run's state handed between them
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -50,7 +51,7 @@ from planner.torch.export_watch import (
 )
 from planner.torch.hooks import backward_hooks
 from planner.torch.norm_modes import cumulative_norms
-from planner.torch.shapes import Built, Shapes, key_of, spell
+from planner.torch.shapes import Built, Shapes, key_of, own_values, spell
 
 PREFIX = "model."  # the wrapped module's attribute: its state_dict keys gain this prefix
 
@@ -463,7 +464,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     `(*example_inputs, labels)`; a `step` or `evaluate` of shapes not yet planned plans them
     then (a line on stderr says so), so the last smaller batch of a DataLoader and other
     sequence lengths train in the same run; shape_cache: executors kept besides the first
-    shapes' (LRU; default: 4 planned apart, a range's shapes in 1 GiB of arenas).
+    shapes' (LRU; default: 4 planned apart, a range's shapes within 1 GiB).
     data_parallel: under torchrun, True (or the world size)
     plans for the ranks of torch.distributed's default group (ranks_per_host from torchrun's
     LOCAL_WORLD_SIZE), rank 0's plan used by every rank and its parameters broadcast, as DDP;
@@ -482,22 +483,44 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     recipe = _recipe(module, loss, optimizer, lr, target, out_dir, accumulate, costs, adaptive,
                      data_parallel, settings)
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
+    declared = [_declared(d, examples) for d in shapes]
+    planned = _first_planned(recipe, examples, declared)
     # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
     # a line says what the wait is, as each later step of other shapes does.
     print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
-          f"{spell(tuple(tuple(int(d) for d in v.shape) for v in examples))} on {target}",
+          f"{spell(tuple(tuple(int(d) for d in v.shape) for v in planned))} on {target}",
           file=sys.stderr, flush=True)
-    first = _build_shape(recipe, examples)
+    first = _build_shape(recipe, planned)
     imported, graph = first.imported, first.graph
     state = module.state_dict()
     aliases, start = _not_held(state, graph)
-    run = _shapes(recipe, first, shape_cache, examples)
+    run = _shapes(recipe, first, shape_cache, planned)
     torch_optimizer = None if isinstance(optimizer, str) else optimizer
     t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
                 torch_optimizer, ranks=recipe.ranks)
-    for declared in shapes:
-        run.add(t._arrays(_declared(declared, examples), "shapes"))
+    for arrays in declared if planned is examples else [examples, *declared]:
+        if arrays is not planned:
+            run.add(t._arrays(arrays, "shapes"))
     return t
+
+
+def _first_planned(recipe: Recipe, examples: tuple[Any, ...],
+                   declared: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The shapes the trainer plans first: the smallest declared one that covers the
+    examples' (a range: the examples run in it, on its arena, and so does every shape it
+    holds; one plan and build, not two), else the examples'. Only where a plan is a range
+    (one process on the host's cores: _range_choices)."""
+    from planner.pipeline.ranges import covers
+    from planner.target.backends import traits
+
+    if recipe.ranks > 1 or not traits(recipe.target).host_cores:
+        return examples
+    def shapes(arrays: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(int(d) for d in getattr(v, "shape", np.shape(v))) for v in arrays)
+
+    key = shapes(examples)
+    covering = [d for d in declared if len(d) == len(examples) and covers(shapes(d), key)]
+    return min(covering, key=lambda d: sum(math.prod(s) for s in shapes(d)), default=examples)
 
 
 def _shapes(recipe: Recipe, first: Built, limit: int | None, examples: Sequence[Any]) -> Shapes:
@@ -770,12 +793,17 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
               f"of the plan for {spell(ranged.key)} ({problem}): planned apart",
               file=sys.stderr, flush=True)
         return None
-    executor = _new_executor(ranged.package, recipe, **concrete_options(ranged.plan, step))
-    executor.load_params({**init_params(step), **imported.params()})
+    # On the range's arena: the run's parameters and state are already there, in place.
+    executor = _new_executor(ranged.package, recipe, arena_of=ranged.executor,
+                             **concrete_options(ranged.plan, step))
+    own, restore = own_values(ranged, step, {**init_params(step), **imported.params()})
+    stats = executor.stats()
     return Built(key=_key(imported, step, examples), imported=imported, graph=step,
                  plan=ranged.plan, package=ranged.package, executor=executor,
                  target=ranged.target, table=ranged.table, feeds=_feeds(imported, step),
-                 choices=ranged.choices, within=ranged.key)
+                 choices=ranged.choices, within=ranged.key, own=own, restore=restore,
+                 held_bytes=stats["held_bytes"] - stats["arena_bytes"]
+                 - stats["host_store_bytes"])
 
 
 # The key under which a run's `traced` keeps its symbolic trace (None: torch could not make one).

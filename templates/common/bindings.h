@@ -80,6 +80,9 @@ inline nb::builtin_exception not_an_array(nb::handle value, const std::string& w
 template <class Ex>
 void refuse_in_flight(const Ex& ex) {
   if (ex.in_flight()) throw nb::value_error("a step is in flight (step_async): wait() first");
+  if (ex.arena_in_flight())
+    throw nb::value_error("a step of an executor sharing this one's arena is in flight "
+                          "(step_async): wait() for it first");
 }
 
 // The values of `feeds` by tensor id, before any is read: each names an input or label of

@@ -143,13 +143,20 @@ ExecutorCore::~ExecutorCore() {
 }
 
 void ExecutorCore::after_fork_in_child() {
-  if (mu_.try_lock()) {
-    mu_.unlock();
-  } else {
-    // Held by a thread that is not in this process: nothing will unlock it.
-    torn_ = true;
-    new (&mu_) std::mutex;
+  // Executors sharing an arena share one lock: the first of them checked here re-makes it
+  // and says for all whether it was held (their arena may be half written alike).
+  ArenaLock& l = *lock_;
+  if (l.checked_in != fork_generation()) {
+    l.checked_in = fork_generation();
+    l.torn = !l.mu.try_lock();
+    if (l.torn)
+      new (&l.mu) std::mutex;  // held by a thread that is not in this process
+    else
+      l.mu.unlock();
+    // A step_async's thread of any of them, not in this process: their arena is torn too.
+    l.torn = l.torn || l.flying.load() > 0;
   }
+  torn_ = torn_ || l.torn;
   if (async_.joinable()) {
     // A step_async's thread, not in this process: joining its copy would wait forever.
     torn_ = torn_ || in_flight_;
@@ -173,6 +180,14 @@ void ExecutorCore::check_forked() const {
 
 void ExecutorCore::finish_async() {
   if (!async_.joinable()) return;
+  // Its sharers step again once it is gone (a step it never waited for ends here).
+  struct Landed {
+    ExecutorCore* ex;
+    ~Landed() {
+      if (ex->in_flight_) ex->lock_->flying -= 1;
+      ex->in_flight_ = false;
+    }
+  } landed{this};
   // A data-parallel step's collective takes the GIL (bindings.h define_collective): an
   // executor freed by Python with its step in flight must not hold the GIL while it waits.
   if (Py_IsInitialized() && PyGILState_Check()) {
@@ -211,6 +226,9 @@ void ExecutorCore::check_loaded() const {
 void ExecutorCore::step() {
   if (in_flight_)
     throw std::runtime_error("a step is in flight (step_async): wait() for it before step()");
+  if (arena_in_flight())
+    throw std::runtime_error("a step of an executor sharing this one's arena is in flight "
+                             "(step_async): wait() for it before step()");
   check_loaded();
   check_feeds();
   run_step();
@@ -241,9 +259,13 @@ int ExecutorCore::overwritten_by(int id) const {
 
 void ExecutorCore::start_async() {
   if (in_flight_) throw std::runtime_error("a step is already in flight: wait() for it first");
+  if (arena_in_flight())
+    throw std::runtime_error("a step of an executor sharing this one's arena is in flight "
+                             "(step_async): wait() for it first");
   check_loaded();
   check_feeds();
   in_flight_ = true;
+  lock_->flying += 1;
   async_error_ = nullptr;
   async_ = std::thread([this] {
     try {
@@ -258,6 +280,7 @@ void ExecutorCore::join_async() {
   if (!in_flight_) throw std::runtime_error("no step in flight: step_async() first");
   async_.join();
   in_flight_ = false;
+  lock_->flying -= 1;
   if (async_error_) std::rethrow_exception(async_error_);
 }
 

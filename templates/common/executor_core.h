@@ -4,8 +4,10 @@
 // worker (start_async / join_async, seed 004). A backend's Executor derives from it and runs
 // the ops (run_step).
 #pragma once
+#include <atomic>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -93,8 +95,20 @@ class ExecutorCore {
   void reset_stats();
 
   // Held by every binding call that reads or writes the arena (step, load_params, params):
-  // one executor runs one step at a time, whichever thread calls it.
-  std::mutex& mutex() const { return mu_; }
+  // one executor runs one step at a time, whichever thread calls it. Executors sharing one
+  // arena (share_arena_lock) share it: one call of any of them at a time.
+  std::mutex& mutex() const { return lock_->mu; }
+  // This executor runs on `other`'s arena (the CPU executor's arena_of: a range plan's shapes,
+  // planner/torch/shapes.py): from now on the two take turns (one lock), no step or arena
+  // access of one starts while a step of the other is in flight (arena_in_flight), and this
+  // one counts the tensors `other` has loaded as loaded (the bytes are the same). Made before
+  // any call of this one.
+  void share_arena_lock(const ExecutorCore& other) {
+    lock_ = other.lock_;
+    written_ = other.written_;
+  }
+  // A step of this executor or of one sharing its arena is in flight (step_async).
+  bool arena_in_flight() const { return lock_->flying.load() > 0; }
   // Throws, one line naming the plan, where this process cannot run the executor: a forked
   // child's copy of one whose lock was held at the fork (torn), or a CUDA executor in a forked
   // child. Every binding calls it before taking the lock.
@@ -120,7 +134,15 @@ class ExecutorCore {
   int64_t steps_ = 0;
 
  private:
-  mutable std::mutex mu_;
+  // The lock of the executors on one arena (one per executor unless shared), with their
+  // steps in flight and, in a forked child, whether a thread that is not there held it.
+  struct ArenaLock {
+    std::mutex mu;
+    std::atomic<int> flying{0};
+    int checked_in = 0;   // the fork generation its tear was last checked in
+    bool torn = false;
+  };
+  std::shared_ptr<ArenaLock> lock_ = std::make_shared<ArenaLock>();
   int backend_;
   int generation_;       // fork_generation() when made
   bool torn_ = false;    // its lock was held at this process's fork (after_fork_in_child)

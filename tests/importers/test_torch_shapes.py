@@ -336,3 +336,116 @@ def test_by_default_a_ranges_shapes_keep_their_executors(tmp_path, capsys):
     assert "dropping the executor" not in capsys.readouterr().err
     assert t.shapes.planned == 1
     assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
+
+
+class Ramp(nn.Module):
+    """A linear layer over a sequence, summed over it and divided by a length built in forward
+    (a constant of one shape at every length, whose value follows the batch's: state the step
+    never writes, its own at every length)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        lengths = (torch.arange(3, dtype=torch.float32) * x.shape[1]).clamp(min=1)  # 1, T, 2T
+        return self.lin(x).sum(1) / lengths
+
+
+def counting_hand_overs(monkeypatch):
+    """The hand-overs the trainer makes from now on, each (source key, target key)."""
+    from planner.torch import shapes
+
+    made = []
+    real = shapes.hand_over
+
+    def counted(source, target, keep=()):
+        made.append((source.key, target.key))
+        return real(source, target, keep)
+
+    monkeypatch.setattr(shapes, "hand_over", counted)
+    return made
+
+
+def test_a_ranges_shapes_run_on_its_arena_with_nothing_handed_over(tmp_path, monkeypatch):
+    """Lengths 8 (the first, a range), 3 and 5 in turn: the shorter ones run on the first
+    plan's arena (one arena for the three, nothing handed over), each with its own length
+    constant loaded for its call and the range's back after it, and the run trains as
+    PyTorch's."""
+    model = Ramp()
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(4, n, 4, generator=g), torch.randint(0, 3, (4,), generator=g))
+               for n in (8, 3, 5, 3, 8, 5, 3)]
+    t = trainer(model, batches[0][:1], loss=F.cross_entropy, labels=batches[0][1],
+                optimizer="adam", lr=0.01, out_dir=tmp_path)
+    ramp = [v.name for v in t.graph.tensors if v.role == "state" and v.updates is None
+            and not v.name.startswith("optim/")]
+    assert len(ramp) == 1, [(v.name, v.shape) for v in t.graph.tensors if v.role == "state"]
+    start = t.executor.params()[ramp[0]].copy()
+    assert start.tolist() == [1, 8, 16]
+    made = counting_hand_overs(monkeypatch)
+    last = 0.0
+    for x, y in batches:
+        last = t.step(x, y)
+        # Between calls the range's arena holds the range's ramp, whichever length ran.
+        assert np.array_equal(t.executor.params()[ramp[0]], start)
+        if x.shape[1] < 8:
+            assert t.shapes.last.own[ramp[0]].tolist() == [1, x.shape[1], 2 * x.shape[1]]
+    assert made == [] and t.shapes.planned == 1
+    assert matches_torch(t, model, F.cross_entropy, batches, "adam", 0.01, last) == []
+    stats = [b.executor.stats() for b in (t.shapes.primary, *t.shapes._others.values())]
+    assert len({s["arena_address"] for s in stats}) == 1
+    assert [s["arena_sharers"] for s in stats] == [3, 3, 3]
+    # An evaluation at a fourth length: on the same arena, on the parameters as trained.
+    x, y = torch.randn(2, 6, 4, generator=g), torch.randint(0, 3, (2,), generator=g)
+    loss, (logits,) = t.evaluate(x, y)
+    trained = copy.deepcopy(model)
+    t.load_into(trained, copy=True)
+    with torch.no_grad():
+        want = trained(x)
+    np.testing.assert_allclose(logits, want.numpy(), rtol=0,
+                               atol=1e-5 * float(want.abs().max()))
+    assert made == []
+
+
+def test_a_range_planned_past_the_first_is_handed_over_to_once_per_step(tmp_path, monkeypatch):
+    """The first shapes (length 4), then 6: a range up to 8 planned. Lengths 2 and 3 run on
+    the first plan's arena (nothing handed over), 6 and 7 on the new range's (the run's state
+    handed in and back at each of their steps); the run trains as PyTorch's."""
+    model = Ramp()
+    g = torch.Generator().manual_seed(6)
+    batches = [(torch.randn(4, n, 4, generator=g), torch.randint(0, 3, (4,), generator=g))
+               for n in (4, 6, 2, 7, 3, 6, 2)]
+    x0, y0 = batches[0]
+    t = trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path)
+    made = counting_hand_overs(monkeypatch)
+    last = [t.step(*b) for b in batches][-1]
+    first, grown = ((4, 4, 4), (4,)), ((4, 8, 4), (4,))
+    longer = [((4, n, 4), (4,)) for n in (6, 7, 6)]
+    assert made == [x for k in longer for x in ((first, k), (k, first))]
+    assert t.shapes.planned == 2
+    assert {b.key: b.within for b in t.shapes._others.values()} == {
+        grown: None, ((4, 6, 4), (4,)): grown, ((4, 7, 4), (4,)): grown,
+        ((4, 2, 4), (4,)): first, ((4, 3, 4), (4,)): first}
+    assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []
+
+
+def test_a_declared_range_holding_the_first_shapes_is_the_one_plan(tmp_path, monkeypatch):
+    """Examples of length 4 and a declared range up to 8: the range is planned first and
+    the examples run in it, on its arena, as every other length: one plan, nothing handed
+    over."""
+    model = Ramp()
+    g = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(4, n, 4, generator=g), torch.randint(0, 3, (4,), generator=g))
+               for n in (4, 6, 2, 8, 4)]
+    x0, y0 = batches[0]
+    made = counting_hand_overs(monkeypatch)
+    t = trainer(model, (x0,), loss=F.cross_entropy, labels=y0, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path, shapes=[(torch.randn(4, 8, 4), y0)])
+    assert t.shapes.primary.key == ((4, 8, 4), (4,)) and t.shapes.planned == 1
+    last = [t.step(*b) for b in batches][-1]
+    assert made == [] and t.shapes.planned == 1
+    assert {b.within for b in t.shapes._others.values()} == {((4, 8, 4), (4,))}
+    assert matches_torch(t, model, F.cross_entropy, batches, "sgd", 0.1, last) == []

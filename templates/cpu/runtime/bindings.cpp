@@ -94,6 +94,9 @@ struct Io {
     // Parameters and optimizer state held in their kernels' layouts now (weight_layouts.h:
     // in their arena slots, no byte more).
     d["kept_layout_bytes"] = ex.weight_layouts().held_bytes();
+    // The executors holding that arena and host store (arena_of), this one included: their
+    // held_bytes count those bytes once each.
+    d["arena_sharers"] = ex.arena_sharers();
     d["schedule"] = schedule_stats(ex.schedule_choice());
     // libgomp's spinning in this process (busy_host.h): throttled while the steps' threads
     // wait for CPUs other processes hold.
@@ -182,26 +185,33 @@ NB_MODULE(planner_cpu_rt, m) {
            [](Executor* self, const std::string& path, bool concurrent, int jitter_us,
               double watchdog_seconds, bool adaptive, Shapes shapes, Attrs attrs,
               Shapes evaluation_shapes, Attrs evaluation_attrs,
-              const std::string& weight_layouts) {
+              const std::string& weight_layouts, Executor* arena_of) {
              if (shapes.has_value() != attrs.has_value() ||
                  evaluation_shapes.has_value() != evaluation_attrs.has_value())
                throw nb::value_error("give a concrete schedule's shapes and attrs together");
              if (weight_layouts != "kernel" && weight_layouts != "plain")
                throw nb::value_error(("weight_layouts must be 'kernel' or 'plain', got '" +
                                       weight_layouts + "'").c_str());
+             // Not while the arena's other executor runs (its layouts are released here).
+             std::unique_lock<std::mutex> lock;
+             if (arena_of) {
+               lock = planner::hold(*arena_of);
+               planner::refuse_in_flight(*arena_of);
+             }
              planner::Concrete concrete, evaluation;
              if (shapes) concrete = {*shapes, *attrs};
              if (evaluation_shapes) evaluation = {*evaluation_shapes, *evaluation_attrs};
              new (self) Executor(path, concurrent, jitter_us, watchdog_seconds, adaptive,
                                  shapes ? &concrete : nullptr,
                                  evaluation_shapes ? &evaluation : nullptr,
-                                 weight_layouts == "kernel");
+                                 weight_layouts == "kernel", arena_of);
            },
            "schedule_path"_a,
            "concurrent"_a = true, "jitter_us"_a = 0, "watchdog_seconds"_a = 600.0,
            "adaptive"_a = true, "shapes"_a = nb::none(), "attrs"_a = nb::none(),
            "evaluation_shapes"_a = nb::none(), "evaluation_attrs"_a = nb::none(),
            "weight_layouts"_a = "kernel",
+           "arena_of"_a.none() = nb::none(),
            "Load a schedule. concurrent: run ops on the plan's lanes (False: one at a time in "
            "plan order); jitter_us: lanes sleep up to that long before each op (tests); a "
            "step with no progress for watchdog_seconds raises, naming the ops not finished; "
@@ -213,7 +223,10 @@ NB_MODULE(planner_cpu_rt, m) {
            "weight_layouts: 'kernel' holds convolution weights, their gradients and optimizer "
            "state in the layout their kernels read, reordered only by params(), load_params "
            "and evaluate() (a view, params(copy=False), releases its weight to plain); "
-           "'plain' holds every tensor plain (docs/executor.md).");
+           "'plain' holds every tensor plain (docs/executor.md). "
+           "arena_of: an executor of the same build whose arena and host store this one runs "
+           "on (its parameters and state read and updated in place, nothing copied; the two "
+           "take turns, one call at a time); both then hold every tensor plain.");
   planner::define_executor<Executor, planner::Io>(cls);
   planner::define_collective(cls, nb::device::cpu::value, [](const Executor&) { return 0; });
   cls.def("evaluate", &planner::evaluate, "feeds"_a,

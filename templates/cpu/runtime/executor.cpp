@@ -62,18 +62,19 @@ thread_local bool pool_let_go = false;
 
 Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter_us,
                    double watchdog_seconds, bool adaptive, const Concrete* concrete,
-                   const Concrete* evaluation_concrete, bool keep_weight_layouts)
+                   const Concrete* evaluation_concrete, bool keep_weight_layouts,
+                   Executor* arena_of)
     : ExecutorCore(schedule_path, CPU, concrete),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_),
-      arena_(loaded_.get().arena_bytes),
-      host_store_(loaded_.get().host_bytes),
+      memory_(memory_for(loaded_.get(), arena_of)),
       packs_(loaded_.get()),
       watchdog_seconds_(watchdog_seconds),
       choice_(choice_options(loaded_.get())),
       team_choice_(choice_options(loaded_.get())),
       jitter_us_(jitter_us) {
   if (evaluation_concrete) evaluation_concrete_ = std::make_unique<Concrete>(*evaluation_concrete);
+  if (arena_of) share_arena_lock(*arena_of);
   // NaN compares false: a step would never time out, or (0, negative) fail at once.
   if (!(watchdog_seconds > 0.0) || watchdog_seconds == HUGE_VAL)
     throw std::invalid_argument("watchdog_seconds=" + std::to_string(watchdog_seconds) +
@@ -95,8 +96,12 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
   }
   ptr_.resize(s.num_tensors);
   for (int i = 0; i < s.num_tensors; ++i) ptr_[i] = home(i);
-  run_off_inherited_pool([this, &s, keep_weight_layouts] {
-    layouts_ = std::make_unique<WeightLayouts>(s, keep_weight_layouts, engine_,
+  // On a shared arena every tensor is plain: a kept layout is one kernel's choice at its own
+  // shapes, which another executor's kernels at other shapes would read as plain.
+  if (arena_of) arena_of->release_weight_layouts();
+  const bool keep = keep_weight_layouts && !arena_of;
+  run_off_inherited_pool([this, &s, keep] {
+    layouts_ = std::make_unique<WeightLayouts>(s, keep, engine_,
                                                [this](int k) { return kernel_weights(k); });
   });
   kernels_.resize(s.num_ops);
@@ -134,11 +139,40 @@ Executor::Executor(const std::string& schedule_path, bool concurrent, int jitter
                 "set_variant(None) switches by load)");
 }
 
+std::shared_ptr<Executor::Memory> Executor::memory_for(const Schedule& s,
+                                                       const Executor* arena_of) {
+  if (!arena_of) return std::make_shared<Memory>(s.arena_bytes, s.host_bytes);
+  // The same library: every tensor of the same name, store, offset and dtype (a concrete
+  // shape's bytes fit the range's, checked at load), and the same arena and host store.
+  const Schedule& o = arena_of->schedule();
+  std::string differs;
+  if (std::string(o.name) != s.name) differs = "it is plan '" + std::string(o.name) + "'";
+  else if (o.arena_bytes != s.arena_bytes || o.host_bytes != s.host_bytes)
+    differs = "its arena or host store has other bytes";
+  else if (o.num_tensors != s.num_tensors) differs = "it has other tensors";
+  for (int i = 0; differs.empty() && i < s.num_tensors; ++i) {
+    const TensorSpec &a = s.tensors[i], &b = o.tensors[i];
+    if (std::string(a.name) != b.name || a.store != b.store || a.offset != b.offset ||
+        a.dtype != b.dtype)
+      differs = "it places tensor '" + std::string(b.name) + "' otherwise";
+  }
+  if (!differs.empty())
+    throw std::invalid_argument("arena_of: the executor given is not of plan '" +
+                                std::string(s.name) + "''s build (" + differs + "); executors "
+                                "share an arena only within one plan's build");
+  return arena_of->memory_;
+}
+
+void Executor::release_weight_layouts() {
+  for (int id = 0; id < schedule().num_tensors; ++id)
+    if (layouts_->held(id)) layouts_->release(id, ptr_.data());
+}
+
 char* Executor::scratch_area(const OpSpec& op, const Kernel& kernel,
                              std::unique_ptr<Arena>* overflow) {
   int64_t need = static_cast<int64_t>(kernel.scratch_bytes());
   if (need <= std::max<int64_t>(op.scratch_bytes, 0))
-    return op.scratch_bytes > 0 ? arena_.base() + op.scratch_offset : nullptr;
+    return op.scratch_bytes > 0 ? memory_->arena.base() + op.scratch_offset : nullptr;
   *overflow = std::make_unique<Arena>(need);
   unplanned_ += need;
   return (*overflow)->base();
@@ -320,7 +354,8 @@ void Executor::run_kernel(int k, Kernel& kernel, char* scratch, dnnl::stream& st
 
 char* Executor::home(int id) const {
   const TensorSpec& t = schedule().tensors[id];
-  return (t.store == HOST_STORE ? host_store_.base() : arena_.base()) + t.offset;
+  return (t.store == HOST_STORE ? memory_->host_store.base() : memory_->arena.base()) +
+         t.offset;
 }
 
 void Executor::bind(int id, char* p) {
@@ -335,7 +370,7 @@ bool Executor::holds(const void* p, int64_t bytes) const {
     const char* c = static_cast<const char*>(p);
     return bytes > 0 && c < a.base() + a.bytes() && a.base() < c + bytes;
   };
-  if (within(arena_)) return true;
+  if (within(memory_->arena)) return true;
   for (const auto& block : overflow_)
     if (block && within(*block)) return true;
   return false;
@@ -358,7 +393,7 @@ Executor::~Executor() {
 
 Evaluation& Executor::evaluation() {
   if (!evaluation_)
-    evaluation_ = std::make_unique<Evaluation>(loaded_, arena_.base(), engine_,
+    evaluation_ = std::make_unique<Evaluation>(loaded_, memory_->arena.base(), engine_,
                                                evaluation_concrete_.get());
   return *evaluation_;
 }

@@ -39,11 +39,20 @@ class Executor : public ExecutorCore {
   // at smaller shapes (loader.h's Concrete); null: the library's own shapes.
   // keep_weight_layouts: hold convolution weights, their gradients and optimizer state in the
   // layout their kernels read (weight_layouts.h); false holds every tensor plain.
+  // `arena_of`: run on that executor's arena and host store (Memory) instead of new ones: an
+  // executor of the same library (every tensor at the same offset; at other concrete shapes),
+  // whose parameters and state this one then reads and updates in place, with nothing copied
+  // between them (a range plan's shapes: planner/torch/shapes.py). The two take turns
+  // (ExecutorCore::share_arena_lock): one call at a time, and no step while the other's is in
+  // flight. Each keeps its own kernels, scratch blocks, weight packs and evaluation arena.
+  // Both hold every tensor plain from then on (`arena_of`'s kept layouts released, this
+  // one's never kept): a kept layout is its kernel's choice at its own shapes.
   explicit Executor(const std::string& schedule_path, bool concurrent = true,
                     int jitter_us = 0, double watchdog_seconds = 600.0, bool adaptive = true,
                     const Concrete* concrete = nullptr,
                     const Concrete* evaluation_concrete = nullptr,
-                    bool keep_weight_layouts = true);
+                    bool keep_weight_layouts = true,
+                    Executor* arena_of = nullptr);
   ~Executor() override;
 
   char* data(int id) const { return ptr_[id]; }
@@ -64,19 +73,24 @@ class Executor : public ExecutorCore {
   size_t scratch_needed(int op) const { return kernels_[op]->scratch_bytes(); }
   std::string impl(int op) const { return kernels_[op] ? kernels_[op]->impl() : ""; }
   bool scratch_planned(int op) const { return overflow_[op] == nullptr; }
-  int64_t arena_bytes() const { return arena_.bytes(); }
-  const char* arena_base() const { return arena_.base(); }
+  int64_t arena_bytes() const { return memory_->arena.bytes(); }
+  const char* arena_base() const { return memory_->arena.base(); }
+  // The executors on this one's arena (arena_of), itself included: 1 where it has its own.
+  int64_t arena_sharers() const { return memory_.use_count(); }
   // Whether [p, p + bytes) overlaps memory the step writes (the arena, unplanned scratch): a
   // feed there is copied in before the step, never read in place.
   bool holds(const void* p, int64_t bytes) const;
   // The host store: offloaded copies, a block of its own beside the arena (plan: host_bytes).
-  int64_t host_store_bytes() const { return host_store_.bytes(); }
+  int64_t host_store_bytes() const { return memory_->host_store.bytes(); }
   int64_t unplanned_scratch_bytes() const { return unplanned_; }
   // B operands several MatMuls read, packed once per step beside the arena (weight_packs.h).
   int64_t packed_weight_bytes() const { return packs_.bytes(); }
   // The tensors held in their kernels' layouts (weight_layouts.h): the edges (params,
   // load_params, evaluate) reorder them through it. Between steps.
   WeightLayouts& weight_layouts() { return *layouts_; }
+  // Every family held in a kept layout released to plain for good (another executor comes
+  // onto this arena: arena_of). Between steps.
+  void release_weight_layouts();
   const WeightLayouts& weight_layouts() const { return *layouts_; }
   char* const* tensor_ptrs() const { return ptr_.data(); }
   int64_t pinnings() const { return live_lanes() ? lanes_->pinnings() : 0; }
@@ -117,8 +131,16 @@ class Executor : public ExecutorCore {
   dnnl::stream stream_;
   std::vector<dnnl::stream> lane_streams_;  // one per lane: lanes never share a stream
   std::vector<KernelPtr> kernels_;
-  Arena arena_;
-  Arena host_store_;
+  // The arena and the host store: this executor's own, or those of the executors sharing
+  // them (arena_of), freed with the last of them.
+  struct Memory {
+    Memory(int64_t arena_bytes, int64_t host_bytes) : arena(arena_bytes), host_store(host_bytes) {}
+    Arena arena;
+    Arena host_store;
+  };
+  std::shared_ptr<Memory> memory_;
+  // `arena_of`'s memory after checking it lays out `s`'s tensors alike, else a new one.
+  static std::shared_ptr<Memory> memory_for(const Schedule& s, const Executor* arena_of);
   std::vector<char*> scratch_;                 // each op's scratch area
   std::vector<std::unique_ptr<Arena>> overflow_;
   int64_t unplanned_ = 0;
