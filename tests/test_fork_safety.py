@@ -384,3 +384,29 @@ def test_grandchild(trained):
     expected = (ex.evaluate(feeds), step())
     ex.load_params(state)
     same(answered(in_fork(child)), expected)
+
+
+def test_a_step_in_flight_on_a_shared_arena_tears_every_executor_on_it(trained):
+    """Executors on one arena (arena_of: a range's shapes): a child forked while one of them
+    has a step in flight refuses the others too, in one line (their arena may be half
+    written); forked after it, the other steps in the child as in the parent."""
+    built = trained.shapes.primary
+    package, ex = built.package, built.executor
+    sharer = package.Executor(arena_of=ex)
+    x, y = inputs(7)
+    feeds = {t.name: a for t, a in zip(built.feeds, [x.numpy(), y.numpy()], strict=True)}
+    state = ex.params()
+
+    def step():
+        return {k: np.array(v) for k, v in sharer.step(feeds).items()}, sharer.params()
+
+    ex.step_async(feeds)
+    try:
+        ok, said = in_fork(step)
+    finally:
+        ex.wait()
+    assert not ok and TORN in said and "\n" not in said, said
+    got = answered(in_fork(step))
+    expected = step()
+    ex.load_params(state)
+    same(got, expected)

@@ -145,9 +145,11 @@ ExecutorCore::~ExecutorCore() {
 void ExecutorCore::after_fork_in_child() {
   // Executors sharing an arena share one lock: the first of them checked here re-makes it
   // and says for all whether it was held (their arena may be half written alike).
+  // (The child's generation: counted up once every executor is marked.)
   ArenaLock& l = *lock_;
-  if (l.checked_in != fork_generation()) {
-    l.checked_in = fork_generation();
+  const int child = fork_generation() + 1;
+  if (l.checked_in != child) {
+    l.checked_in = child;
     l.torn = !l.mu.try_lock();
     if (l.torn)
       new (&l.mu) std::mutex;  // held by a thread that is not in this process

@@ -95,6 +95,6 @@ def test_sharers_take_turns_and_another_plan_is_refused(ranged, tmp_path):
     other = host_plan(prepare(SPEC.replace("hidden=16", "hidden=12").format(LARGEST), OPTIONS),
                       "optimized")
     stranger = load(build(render(other, tmp_path / "mlp_other")).dir).Executor()
-    with pytest.raises(ValueError, match=r"arena_of: the executor given is not of plan "
-                                         r"'.*''s build \(it is plan"):
+    with pytest.raises(ValueError, match=r"arena_of: the executor given is not of the build "
+                                         r"of plan '.*' \(it is plan"):
         package.Executor(arena_of=stranger)

@@ -157,9 +157,9 @@ std::shared_ptr<Executor::Memory> Executor::memory_for(const Schedule& s,
       differs = "it places tensor '" + std::string(b.name) + "' otherwise";
   }
   if (!differs.empty())
-    throw std::invalid_argument("arena_of: the executor given is not of plan '" +
-                                std::string(s.name) + "''s build (" + differs + "); executors "
-                                "share an arena only within one plan's build");
+    throw std::invalid_argument("arena_of: the executor given is not of the build of plan '" +
+                                std::string(s.name) + "' (" + differs + "); executors share "
+                                "an arena only within one plan's build");
   return arena_of->memory_;
 }
 
