@@ -485,22 +485,19 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
     declared = [_declared(d, examples) for d in shapes]
     planned = _first_planned(recipe, examples, declared)
-    # Tracing and planning take seconds (18 s for six encoder layers on a busy 2-core VM):
-    # a line says what the wait is, as each later step of other shapes does.
+    # Seconds (18 s for six encoder layers, busy 2-core VM): said, as later new shapes are.
     print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
           f"{spell(tuple(tuple(int(d) for d in v.shape) for v in planned))} on {target}",
           file=sys.stderr, flush=True)
     first = _build_shape(recipe, planned)
-    imported, graph = first.imported, first.graph
     state = module.state_dict()
-    aliases, start = _not_held(state, graph)
+    aliases, start = _not_held(state, first.graph)
     run = _shapes(recipe, first, shape_cache, planned)
-    torch_optimizer = None if isinstance(optimizer, str) else optimizer
-    t = Trainer(imported, graph, first.executor, list(state), start, aliases, first.plan, run,
-                torch_optimizer, ranks=recipe.ranks)
-    for arrays in declared if planned is examples else [examples, *declared]:
-        if arrays is not planned:
-            run.add(t._arrays(arrays, "shapes"))
+    t = Trainer(first.imported, first.graph, first.executor, list(state), start, aliases,
+                first.plan, run, None if isinstance(optimizer, str) else optimizer,
+                ranks=recipe.ranks)
+    for arrays in (a for a in (examples, *declared) if a is not planned):
+        run.add(t._arrays(arrays, "shapes"))
     return t
 
 
