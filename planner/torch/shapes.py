@@ -203,9 +203,10 @@ def hand_over(source: Built, target: Built, keep: Collection[str] = ()) -> None:
     but the tensors named in `keep` (each executor's own)."""
     if source is target:
         return
-    held = {k: v for k, v in source.executor.params(copy=False).items() if k not in keep}
+    held = source.executor.params(copy=False)
     if not all(isinstance(v, np.ndarray) for v in held.values()):
         held = source.executor.params()  # device memory (a CUDA executor's): host copies
+    held = {k: v for k, v in held.items() if k not in keep}
     theirs = {t.name: t for t in target.graph.tensors if t.role in PERSISTENT}
     state = written(source.graph) | written(target.graph)
     out: dict[str, Any] = {}
