@@ -12,7 +12,9 @@ One arena per plan, not per shape. A shape run in a range runs on the range plan
 arena (the CPU executor's `arena_of`): the same library, so every persistent tensor at the
 same offset, the run's parameters, buffers, optimizer slots, step counts and hyperparameters
 read and updated in place, nothing copied between the range's executors; each keeps only its
-kernels (made for its shapes), its weight packs and scratch blocks. The bytes only a shape
+kernels (made for its shapes), its weight packs and scratch blocks, and every tensor is held
+plain there (a convolution weight's kept layout is one kernel's choice at its shapes: the
+range executor's are released when the first shape joins it). The bytes only a shape
 owns there (`Built.own`: state the step never writes whose value follows the batch, a
 constant built from a length) are loaded before its call and the range's loaded back after
 it (`Built.restore`), so between calls the arena holds the range's. The executors on one

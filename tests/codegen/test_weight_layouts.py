@@ -186,3 +186,21 @@ def test_an_inference_plans_weights_are_kept_too(tmp_path):
         assert_same(ex.params(), state)
     for kept, plain in zip(runs["kernel"], runs["plain"], strict=True):
         assert_same(kept, plain)
+
+
+def test_an_executor_joining_the_arena_releases_its_kept_weights(built):
+    """An executor made on a kept one's arena (arena_of: a range's shapes in the trainer):
+    the kept layouts are released to plain, both hold every tensor plain, and steps taken in
+    turns on the two give the plain executor's bits."""
+    module, graph, _ = built
+    state = start_state(graph)
+    kept = stepped(module, graph, state, 1)
+    plain = stepped(module, graph, state, 1, weight_layouts="plain")
+    assert kept.stats()["kept_layout_bytes"] > 0
+    joined = module.Executor(concurrent=False, adaptive=False, arena_of=kept)
+    assert kept.stats()["kept_layout_bytes"] == joined.stats()["kept_layout_bytes"] == 0
+    assert_same(joined.params(), plain.params())
+    for k, ex in enumerate((joined, kept, joined)):
+        ex.step(random_feeds(graph, seed=30 + k))
+        plain.step(random_feeds(graph, seed=30 + k))
+    assert_same(kept.params(), plain.params())
