@@ -74,6 +74,7 @@ import planner.importers.torch.rules_pointwise  # noqa: F401
 import planner.importers.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.importers.torch.rules_products  # noqa: F401
 import planner.importers.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
+import planner.importers.torch.rules_resample  # noqa: F401  (antialiased F.interpolate)
 import planner.importers.torch.rules_search  # noqa: F401
 import planner.importers.torch.rules_sort  # noqa: F401
 import planner.importers.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
