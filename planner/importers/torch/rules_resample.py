@@ -10,7 +10,9 @@ and each window's weights are normalised to sum to 1. Here `aa_weights` computes
 [out, in] in float64 (torch computes it in x's dtype: the float32 weights differ from these
 by rounding only), and the rule applies it to W then H with MatMul, whose gradient is the
 adjoint torch's backward applies. The cost is a dense [in, out] product per axis, which
-MAX_AA_LENGTH bounds.
+MAX_AA_LENGTH bounds. Resized to width 1 with the height resized to more than one row, torch's
+CPU kernel (torch 2.9) gives every output row the first one's value, not these weights' result:
+that case is refused in one line rather than answered otherwise than torch.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ def upsample_aa(n: NodeCtx) -> Value:
     if longest > MAX_AA_LENGTH:
         raise n.fail(f"an axis of length {longest}: the antialiased resize is a dense matrix "
                      f"product per axis, which the planner takes up to {MAX_AA_LENGTH}")
+    if out_w == 1 and out_h not in (1, shape[2]):
+        raise n.fail(f"an antialiased resize of height {shape[2]} to {out_h} and to width 1: "
+                     "torch's CPU kernel gives every output row the first row's value there "
+                     "(its resize of the height is lost), which the planner would not match")
     v = n.emit1("MatMul", [x, _matrix(n, shape[3], out_w, mode, align, scales[1], x)])
     v = n.emit1("Transpose", [v], {"perm": [0, 1, 3, 2]})
     v = n.emit1("MatMul", [v, _matrix(n, shape[2], out_h, mode, align, scales[0], x)])
