@@ -1,8 +1,10 @@
 """The OpInfos issue 86's last round made clean, each against torch in float64 (forward and
 backward on the reference interpreter, tests/importers/opinfo_cases.py): a real tensor's
 angle, antialiased resizing (planner/importers/torch/rules_resample.py), fractional max
-pooling, pinv of a symmetric matrix, logsumexp over no elements, prelu of a 0-d input and
-the margin losses with a broadcast target; the OpInfos themselves (sample or held-out
+pooling, pinv of a symmetric matrix, logsumexp over no elements, prelu of a 0-d input, the
+margin losses with a broadcast target, and complex outputs (given as their planes: convert's
+complex_outputs, the trainer's), with polar's and torch.complex's own fixes; the OpInfos
+themselves (sample or held-out
 reference inputs), which the fast subset may not draw, run here too."""
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ FIXED = [("angle", "sample"), ("angle", "reference"),
          ("linalg.pinv.hermitian", "sample"),
          ("logsumexp", "reference"), ("nn.functional.prelu", "reference"),
          ("nn.functional.margin_ranking_loss", "reference"),
-         ("nn.functional.hinge_embedding_loss", "reference")]
+         ("nn.functional.hinge_embedding_loss", "reference"),
+         ("fft.rfft2", "sample"), ("fft.ihfft", "sample"), ("stft", "sample"),
+         ("complex", "sample"), ("polar", "reference"), ("addcdiv", "reference")]
 
 
 @pytest.mark.parametrize(("name", "inputs"), FIXED)
@@ -68,7 +72,8 @@ def test_aa_weights_are_torchs(mode, size_in, size_out, align, scale):
 def test_antialiased_interpolate_matches_torch(mode):
     x = torch.randn(2, 3, 11, 7, generator=torch.Generator().manual_seed(0))
     for size in ((4, 3), (15, 5)):
-        assert check_call(lambda x: F.interpolate(x, size=size, mode=mode, antialias=True),
+        assert check_call(lambda x, size=size: F.interpolate(x, size=size, mode=mode,
+                                                             antialias=True),
                           x) == ("pass", "")
 
 
@@ -154,3 +159,27 @@ def test_pinv_of_a_symmetric_matrix_is_torchs():
     assert check_call(lambda m: torch.linalg.pinv(m, hermitian=True), low) == ("pass", "")
     assert check_call(lambda m: torch.linalg.pinv(m, atol=1.6, hermitian=True), low) == \
         ("pass", "")
+
+
+# ---- complex outputs ------------------------------------------------------------------------
+
+def test_a_complex_output_matches_torch_forward_and_gradient():
+    """The planes of torch.fft's complex results against view_as_real of torch's, and the
+    gradient for the planes' cotangent against torch's for the complex cotangent."""
+    x = torch.randn(3, 10, generator=torch.Generator().manual_seed(5))
+    for fn in (torch.fft.rfft, torch.fft.fft, lambda x: torch.fft.ifft2(x, norm="ortho")):
+        assert check_call(fn, x) == ("pass", "")
+
+
+def test_polar_gradient_is_torchs_at_zero_and_negative_abs():
+    """torch's polar_backward gives abs the derivative times sign(abs): 0 at 0, negated
+    below."""
+    r = torch.tensor([-2.0, 0.0, 1.5, -0.5])
+    theta = torch.tensor([0.3, -1.2, 2.0, 0.0])
+    assert check_call(torch.polar, r, theta) == ("pass", "")
+
+
+def test_torch_complex_broadcasts_its_parts():
+    re, im = torch.randn(5, 1), torch.randn(5)
+    assert check_call(torch.complex, re, im) == ("pass", "")
+    assert check_call(torch.complex, torch.randn(2, 3), torch.tensor(0.5)) == ("pass", "")
