@@ -84,10 +84,11 @@ def complex_table() -> list[str]:
              "lowers to real planner ops; the DFT family (`torch.fft.fft`, `ifft`, `rfft`,",
              "`irfft`, `hfft`, `ihfft` and their 2-D and n-D forms, every `norm`, `n`/`s`) is a",
              "matrix product with constant cosine/sine matrices per transformed dim, up to",
-             f"length {MAX_DFT_LENGTH} (docs/front-end.md). A complex model input, trained",
-             "parameter or model output is refused in one line (take `view_as_real` of it);",
-             "a complex buffer is a constant of the step (under torch.compile, an input fed",
-             "as its planes).", "",
+             f"length {MAX_DFT_LENGTH} (docs/front-end.md). A complex model input or trained",
+             "parameter is refused in one line (take `view_as_real` of it); a complex model",
+             "output is given out as complex64 by the trainer (the import's planes) and",
+             "refused by torch.compile's pieces and `.pt2` files; a complex buffer is a",
+             "constant of the step (under torch.compile, an input fed as its planes).", "",
              "| rule | its ATen ops on complex values |", "| --- | --- |"]
     by_rule: dict[str, list[str]] = {}
     for op in sorted(CX_RULES):

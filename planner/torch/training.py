@@ -237,7 +237,7 @@ class Trainer:
         if not outputs:
             return value
         # Copies: the executor's next step writes over its output bytes.
-        return value, [np.array(out[o]) for o in imported.outputs[1:]]
+        return value, given_out(imported, out)
 
     def _refine(self) -> None:
         """Between steps: the plan made again from this host's measurements once the
@@ -305,7 +305,7 @@ class Trainer:
         out, imported, graph = self._run(self._arrays(inputs, "evaluate"),
                                          lambda ex, f: ex.evaluate(f), "evaluate")
         loss = graph.outputs[0]
-        return float(np.asarray(out[loss])), [out[o] for o in imported.outputs[1:] if o in out]
+        return float(np.asarray(out[loss])), given_out(imported, out)
 
     def trace(self, path: str | Path, with_prediction: bool = False) -> Path:
         """Write the last step this trainer ran (of the shapes it ran on, whatever evaluate()
@@ -829,7 +829,8 @@ def _imported_at(recipe: Recipe, examples: Sequence[Any], traced: dict[Any, Any]
         try:
             named = named_like(convert(symbolic.at(separate(examples)),
                                        name=type(recipe.module).__name__,
-                                       module_root=PREFIX.rstrip(".")), like)
+                                       module_root=PREFIX.rstrip("."), complex_outputs=True),
+                               like)
             if named is not None:
                 return named
         except OutsideTrace:
@@ -855,7 +856,25 @@ def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
 def _imported(recipe: Recipe, examples: Sequence[Any]) -> TorchImport:
     """The module traced (with its loss) on `examples` and imported."""
     return convert(_exported_as_made(recipe, examples), name=type(recipe.module).__name__,
-                   module_root=PREFIX.rstrip("."))
+                   module_root=PREFIX.rstrip("."), complex_outputs=True)
+
+
+def given_out(imported: TorchImport, out: Mapping[str, Any]) -> list[np.ndarray]:
+    """The module's outputs after the loss, as numpy copies (the executor's next step writes
+    over its output bytes); a complex one (convert's complex_outputs: its planes) as complex
+    numbers again, complex64 from float32 planes."""
+    given = []
+    for k, o in enumerate(imported.outputs[1:], start=1):
+        if o not in out:
+            continue
+        v = np.asarray(out[o])
+        if k not in imported.complex_outputs:
+            given.append(np.array(v))
+            continue
+        z = np.empty(v.shape[:-1], np.complex64 if v.dtype == np.float32 else np.complex128)
+        z.real, z.imag = v[..., 0], v[..., 1]
+        given.append(z)
+    return given
 
 
 def _exported_as_made(recipe: Recipe, examples: Sequence[Any], dynamic: bool = False) -> Any:

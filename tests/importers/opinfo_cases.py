@@ -260,15 +260,29 @@ def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequen
     g: dict[str, np.ndarray] = {}
     if grads and cotangents is not None and any(diff):
         ys = [o for o, d in zip(outs, diff, strict=True) if d]
-        cs = [c.to(o.dtype) for o, c, d in zip(outs, cotangents, diff, strict=True) if d]
+        cs = [_complex_cotangent(c, o).to(o.dtype)
+              for o, c, d in zip(outs, cotangents, diff, strict=True) if d]
         ps = [getattr(m, p) for p in params]
         got = torch.autograd.grad(ys, ps, cs, allow_unused=True)
         # (force: torch's gradient of a constant op, sgn's, is a ZeroTensor)
         g = {p: (np.zeros(tuple(getattr(m, p).shape)) if v is None
                  else v.detach().numpy(force=True)) for p, v in zip(params, got, strict=True)}
-    # numpy has no bfloat16: such an output is compared as its exact float32 value
-    return [(o.detach().float() if o.dtype == torch.bfloat16 else o.detach()).numpy()
-            for o in outs], g, diff
+    # numpy has no bfloat16: such an output is compared as its exact float32 value; a complex
+    # one as its planes, the import's (convert's complex_outputs)
+    return [(o.detach().float() if o.dtype == torch.bfloat16 else
+             torch.view_as_real(o.detach().resolve_conj()) if o.is_complex() else
+             o.detach()).numpy() for o in outs], g, diff
+
+
+def _complex_cotangent(c: Any, o: Any) -> Any:
+    """The cotangent of output `o` as torch takes it: a complex output's from its planes (the
+    import's cotangent of them is torch's complex one's view_as_real)."""
+    import torch
+
+    if o.is_complex() and not c.is_complex():
+        return torch.view_as_complex(c.to(torch.float64 if o.dtype == torch.complex128
+                                          else torch.float32).contiguous())
+    return c
 
 
 def _autograd_known_wrong(op: Any) -> bool:
@@ -297,13 +311,13 @@ def _finite_difference(op: Any, sample: Any, param: str, cotangents: Sequence[An
     p = getattr(m, param)
     if p.numel() > limit:
         return None
-    cs = [c.to(torch.float64) for c in cotangents]
+    cs = [_complex_cotangent(c, o) for c, o in zip(cotangents, m(), strict=True)]
 
     def value() -> float:
         with torch.no_grad():
-            return float(sum((o.to(torch.float64) * c).sum() for o, c in zip(m(), cs,
+            return float(sum((_planes(o) * _planes(c)).sum() for o, c in zip(m(), cs,
                                                                              strict=True)
-                             if o.is_floating_point()))
+                             if o.is_floating_point() or o.is_complex()))
 
     flat = p.data.view(-1)
     out = np.zeros(p.numel())
@@ -316,6 +330,13 @@ def _finite_difference(op: Any, sample: Any, param: str, cotangents: Sequence[An
         out[i] = (up - value()) / (2 * h)
         flat[i] = x
     return out.reshape(tuple(p.shape))
+
+
+def _planes(t: Any) -> Any:
+    """A real tensor in float64, a complex one as its planes (view_as_real)."""
+    import torch
+
+    return torch.view_as_real(t.resolve_conj()).double() if t.is_complex() else t.double()
 
 
 def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
@@ -471,7 +492,7 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
         # so that the expected lines do not move with this file.
         node.meta.pop("stack_trace", None)
     try:
-        imported = convert(program, name="opinfo")
+        imported = convert(program, name="opinfo", complex_outputs=True)
         names = list(imported.graph.outputs)
         if len(names) != len(distinct):
             return "crash", (f"the import gave {len(names)} outputs for torch's "

@@ -153,8 +153,45 @@ def _refusal(module, x):
 
 
 def test_a_complex_output_is_refused_in_one_line():
+    """Where the caller does not take a complex output's planes (convert's complex_outputs:
+    the trainer does), a complex output is refused."""
     message = _refusal(_Fn(lambda m, x: torch.fft.rfft(x)), X)
     assert "output" in message and "complex" in message and "view_as_real" in message
+
+
+class _Spectrum(torch.nn.Module):
+    """Its own loss first, then a complex output (the spectrum of a linear layer's output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        z = torch.fft.rfft(self.lin(x))
+        return z.abs().pow(2).mean(), z
+
+
+def test_a_complex_output_comes_out_of_the_trainer_as_complex_numbers(tmp_path):
+    """The trainer takes a complex output's planes (convert's complex_outputs) and gives it
+    out as complex64, step's computed before its update and evaluate's after, as torch's."""
+    from planner.torch import trainer
+
+    torch.manual_seed(0)
+    model, x = _Spectrum(), torch.randn(4, 8)
+    t = trainer(copy.deepcopy(model), (x,), loss=None, optimizer="sgd", lr=0.1,
+                out_dir=tmp_path)
+
+    def off(z, module):
+        want = [vr(module.to(d)(x.to(d))[1]).detach().numpy()
+                for d in (torch.float32, torch.float64)]
+        assert z.dtype == np.complex64 and z.shape == want[0].shape[:-1]
+        return compare("spectrum", np.stack([z.real, z.imag], axis=-1), *want)
+
+    _, (z,) = t.step(x, outputs=True)
+    assert not off(z, copy.deepcopy(model))
+    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in t.params().items()})
+    _, (z,) = t.evaluate(x)
+    assert not off(z, model)
 
 
 def test_a_trained_complex_parameter_is_refused_in_one_line():
@@ -338,9 +375,10 @@ def _fft_opinfos():
 
 @pytest.mark.parametrize("name", _fft_opinfos())
 def test_fft_opinfo_samples_match_torch_as_real_planes(name):
-    """op_db's fft OpInfos (and stft) on their own first samples: a complex result, which the
-    planner does not give out (the sweep records that refusal), compared as view_as_real of
-    it, forward and gradients (opinfo_cases.check_sample)."""
+    """op_db's fft OpInfos (and stft) on their own first samples, their complex result taken
+    as view_as_real of it inside the module: a real output, the form torch.compile's pieces
+    take (the sweep gives the complex output out as its planes, convert's complex_outputs),
+    forward and gradients (opinfo_cases.check_sample)."""
     import itertools
     from types import SimpleNamespace
 

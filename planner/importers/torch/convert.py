@@ -74,6 +74,7 @@ import planner.importers.torch.rules_pointwise  # noqa: F401
 import planner.importers.torch.rules_pool  # noqa: F401  (pools; its PRESERVED below)
 import planner.importers.torch.rules_products  # noqa: F401
 import planner.importers.torch.rules_reduce  # noqa: F401  (the reductions; its PRESERVED below)
+import planner.importers.torch.rules_resample  # noqa: F401  (antialiased F.interpolate)
 import planner.importers.torch.rules_search  # noqa: F401
 import planner.importers.torch.rules_sort  # noqa: F401
 import planner.importers.torch.rules_special  # noqa: F401  (special functions; its PRESERVED below)
@@ -152,6 +153,9 @@ class TorchImport:
     counters: Mapping[str, int] = field(default_factory=dict)
     # The tensor of each of the program's outputs, in its order (one tensor may be two outputs).
     outputs: tuple[str, ...] = ()
+    # The positions in `outputs` of complex values, each given as its planes (convert's
+    # `complex_outputs`): real [..., 2], torch.view_as_real's layout.
+    complex_outputs: tuple[int, ...] = ()
 
     def params(self) -> dict[str, np.ndarray]:
         """Every param and state tensor's value, by name (state_dict names for the module's)."""
@@ -213,7 +217,7 @@ def recorded(program: Any, module_root: str = "") -> Program:
 
 
 def convert(program: Any, name: str = "torch", module_root: str = "",
-            complex_inputs: bool = False) -> TorchImport:
+            complex_inputs: bool = False, complex_outputs: bool = False) -> TorchImport:
     """Import a program: an ExportedProgram traced in this process (decomposed, then recorded,
     planner/importers/torch/record.py) or a record already made (a .pt2 file's,
     planner/importers/pt2/retrace.py). Raises TorchImportError, naming the node, its ATen op and its
@@ -221,7 +225,12 @@ def convert(program: Any, name: str = "torch", module_root: str = "",
     inside the exported one (the trainer's wrapper holds it as `model`). `complex_inputs`: a
     complex user input becomes a real input of its planes (rules_complex.py), which the caller
     feeds as torch.view_as_real of the tensor and never differentiates (torch.compile's pieces
-    take a module's buffers as inputs); otherwise it is refused."""
+    take a module's buffers as inputs); otherwise it is refused. `complex_outputs`: a complex
+    user output is the graph output of its planes, its position listed in the result's
+    `complex_outputs`, which the caller gives out as torch.view_as_complex of it (the trainer's
+    outputs); otherwise it is refused. A cotangent of those planes is torch's complex
+    cotangent's view_as_real: for real parameters the gradient is then PyTorch's (conjugate
+    Wirtinger: Re(g) d(re)/dp + Im(g) d(im)/dp)."""
     if not isinstance(program, Program):
         program = recorded(program, module_root)
     # Buffers and frozen parameters are state: read, never trained.
@@ -244,14 +253,16 @@ def convert(program: Any, name: str = "torch", module_root: str = "",
     counters = _counters(program)
     _convert_nodes(imp, program.calls, env, metas,
                    skip={c for calls, _ in counters.values() for c in calls})
+    planes: list[int] | None = [] if complex_outputs else None
     user_outputs = _outputs(program, env, imp, counters, buffers,
-                            f"{module_root}." if module_root else "")
+                            f"{module_root}." if module_root else "", planes)
     graph_outputs = list(dict.fromkeys(user_outputs))
     graph = check_graph(imp.builder.build(outputs=graph_outputs,
                                           loss=_traced_loss(imp, graph_outputs)))
     return TorchImport(graph, {t.name: imp.consts[t.name] for t in graph.tensors
                                if t.name in imp.consts}, tuple(inputs),
-                       {buf: step for buf, (_, step) in counters.items()}, tuple(user_outputs))
+                       {buf: step for buf, (_, step) in counters.items()}, tuple(user_outputs),
+                       tuple(planes or ()))
 
 
 def _meta(call: Call) -> tuple[tuple[int, ...], str]:
@@ -517,7 +528,8 @@ def _check(imp: Importer, call: Call, value: Any, kernel_shaped: dict[str, str])
 
 
 def _outputs(program: Program, env: dict[str, Any], imp: Importer,
-             counters: Mapping[str, Any], state: set[str], root: str = "") -> list[str]:
+             counters: Mapping[str, Any], state: set[str], root: str = "",
+             planes: list[int] | None = None) -> list[str]:
     """The graph's outputs (the program's user outputs, in order) and the buffers' values
     after the step written back (module docstring, 4.); refusals name the module's own
     state_dict keys (less `root`, the trainer's wrapper's attribute)."""
@@ -530,6 +542,9 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
             value = env.get(spec.name)
             if isinstance(value, _Unavailable) and value.why:
                 raise TorchImportError(f"output {spec.name!r}: {value.why}")
+            if isinstance(value, Cx) and planes is not None:  # given out as its planes
+                planes.append(len(outputs))
+                value = value.v
             if isinstance(value, Cx):
                 raise TorchImportError(f"output {spec.name!r}: a complex tensor; the planner's "
                                        "outputs are real (return torch.view_as_real of it, "

@@ -409,6 +409,8 @@ def prelu(n: NodeCtx) -> Value:
         raise n.fail(f"slope of shape {list(size)} for an input of shape {list(n.shape(x))}")
     if size == (n.shape(x)[1:2]) and rank > 2:
         w = _reshape_to(n, w, size + (1,) * (rank - 2))
+    elif size == (1,) and rank == 0:  # a 0-d x keeps its rank (torch's result is 0-d)
+        w = _reshape_to(n, w, ())
     return n.emit1("PRelu", [x, w])
 
 

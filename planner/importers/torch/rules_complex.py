@@ -24,9 +24,11 @@ sequences); a transformed length past MAX_DFT_LENGTH is refused in one line.
 Everything is real ops of the op table, so both executors, the reference interpreter and
 autodiff need nothing new, and gradients are the real ops' own: for a program whose inputs,
 parameters and outputs are real, the derivative of a real function, which is what PyTorch's
-complex autograd (conjugate Wirtinger) gives there too. Where a complex tensor is an input, a
-trained parameter or an output, the conventions differ, and the front end refuses it
-(planner/importers/torch/convert.py).
+complex autograd (conjugate Wirtinger) gives there too. A complex output is the graph output of
+its planes where the caller takes them (convert's `complex_outputs`: the trainer), a cotangent
+of them torch's complex one as view_as_real, which for real parameters gives PyTorch's gradient
+as well; other callers refuse it. Where a complex tensor is an input or a trained parameter,
+the conventions differ, and the front end refuses it (planner/importers/torch/convert.py).
 """
 
 from __future__ import annotations
@@ -97,8 +99,11 @@ def _planes(n: NodeCtx, z: Cx) -> tuple[str, str]:
 
 
 def _joined(n: NodeCtx, re: Any, im: Any) -> Cx:
-    """The complex value of real part re and imaginary part im (one shape)."""
-    shape = list(n.shape(re))
+    """The complex value of real part re and imaginary part im, broadcast together (as
+    torch.complex broadcasts them)."""
+    shape = list(np.broadcast_shapes(n.shape(re), n.shape(im)))
+    re, im = (p if list(n.shape(p)) == shape else n.emit1("Expand", [p], {"shape": shape})
+              for p in (re, im))
     re, im = (n.emit1("Reshape", [p], {"shape": [*shape, 1]}) for p in (re, im))
     return Cx(n.emit1("Concat", [re, im], {"axis": len(shape)}))
 
@@ -182,7 +187,14 @@ def angle(n: NodeCtx) -> Any:
 
 @cx_rule("aten.polar.default")
 def polar(n: NodeCtx) -> Any:
+    """abs (cos + i sin) of angle. torch's backward (polar_backward) gives abs the gradient
+    Re(conj(g) sgn(result)): the derivative times sign(abs), so 0 at abs = 0 and negated
+    below it; here abs enters as itself (held) plus |abs| - |abs| (0, exactly), whose gradient
+    is that sign."""
     r, theta = n.tensor(0), n.tensor(1)
+    size = n.emit1("Abs", [r])
+    r = n.emit1("Add", [n.emit1("StopGradient", [r]),
+                        n.emit1("Sub", [size, n.emit1("StopGradient", [size])])])
     return _joined(n, n.emit1("Mul", [r, n.emit1("Cos", [theta])]),
                    n.emit1("Mul", [r, n.emit1("Sin", [theta])]))
 

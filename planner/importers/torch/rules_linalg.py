@@ -309,29 +309,42 @@ def _scalar(n: NodeCtx, v: object, name: str) -> float | None:
 @rule("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_pinv.atol_rtol_float")
 def pinv(n: NodeCtx) -> Value:
     """torch's linalg_pinv: Vh^T diag(S+) U^T with S+ = 1 / S where S > max(atol, rtol S_max),
-    else 0 (rtol: eps * max(m, n) when neither is given, 0 when only atol is), with torch's
-    gradient (pinv_backward, through _pinv_differential), not the SVD's."""
+    else 0 (rtol: eps * max(m, n) when neither is given, 0 when only atol is); hermitian, as
+    torch: V diag(L+) V^T of the eigendecomposition of A's lower triangle, L+ = 1 / L where
+    |L| passes that test. Either with torch's gradient (pinv_backward, through
+    _pinv_differential), not the SVD's or eigh's."""
     x = n.tensor(0)
     require_floats(n, x)
-    if n.kwargs.get("hermitian", n.arg(3, "hermitian", False)):
-        raise Unsupported(f"{n.op} (hermitian: an eigendecomposition)")
     atol = _scalar(n, n.kwargs.get("atol", n.arg(1, "atol")), "atol")
     rtol = _scalar(n, n.kwargs.get("rtol", n.arg(2, "rtol")), "rtol")
     *batch, m, cols = n.shape(x)
     if rtol is None:
         rtol = float(np.finfo(n.dtype(x)).eps) * max(m, cols) if atol is None else 0.0
+    if n.kwargs.get("hermitian", n.arg(3, "hermitian", False)):
+        values, v = n.emit("MatrixEigh", [x], {"upper": False}, n_out=2)
+        size = n.emit1("Abs", [values])
+        left, right = v, v
+    else:
+        u, values, vh = n.emit("MatrixSvd", [x], n_out=3)
+        size, left, right = values, _mt(n, vh), u
+    inverse = _pseudo_reciprocal(n, values, size, atol, rtol)
     k = min(m, cols)
-    u, s, vh = n.emit("MatrixSvd", [x], n_out=3)
-    tol = n.emit1("Scale", [n.emit1("Slice", [s], {"starts": [0], "ends": [1], "axes": [-1]})],
-                  {"factor": rtol})
-    if atol:
-        tol = n.emit1("Max", [tol, n.const(atol, n.dtype(x))])
-    kept = n.emit1("Greater", [s, tol])
-    inverse = n.emit1("Where", [kept, n.emit1("Reciprocal", [s]), n.const(0.0, n.dtype(x))])
-    scaled = n.emit1("Mul", [_mt(n, vh), reshape_to(n, inverse, (*batch, 1, k))])
-    p = n.emit1("StopGradient", [n.emit1("MatMul", [scaled, u], {"transpose_a": False,
-                                                                  "transpose_b": True})])
+    scaled = n.emit1("Mul", [left, reshape_to(n, inverse, (*batch, 1, k))])
+    p = n.emit1("StopGradient", [n.emit1("MatMul", [scaled, right], {"transpose_a": False,
+                                                                     "transpose_b": True})])
     return n.emit1("Add", [p, _pinv_differential(n, x, p)])
+
+
+def _pseudo_reciprocal(n: NodeCtx, values: str, size: str, atol: float | None,
+                       rtol: float) -> str:
+    """1 / values where size (S, or |L|) is above max(atol, rtol * its largest), else 0."""
+    top = n.emit1("ReduceMax", [size], {"axes": [-1], "keepdims": True}) if n.shape(size)[-1] \
+        else size
+    tol = n.emit1("Scale", [top], {"factor": rtol})
+    if atol:
+        tol = n.emit1("Max", [tol, n.const(atol, n.dtype(size))])
+    kept = n.emit1("Greater", [size, tol])
+    return n.emit1("Where", [kept, n.emit1("Reciprocal", [values]), n.const(0.0, n.dtype(size))])
 
 
 def _pinv_differential(n: NodeCtx, x: str | Const, p: str) -> str:

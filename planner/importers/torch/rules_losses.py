@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import NodeCtx, Value, rule
 
@@ -104,6 +106,17 @@ def _same_shape(n: NodeCtx, a: str | Const, b: str | Const) -> None:
     if n.shape(a) != n.shape(b):
         raise Unsupported(f"{n.op} (target shape {list(n.shape(b))} broadcast to input "
                           f"{list(n.shape(a))})")
+
+
+def _broadcast(n: NodeCtx, *values: str | Const) -> None:
+    """The element-wise losses written as torch writes them (margin_ranking_loss,
+    hinge_embedding_loss) broadcast their inputs as torch's arithmetic does: a target of
+    shape [N, 1] beside inputs [N, D] is per row; shapes that do not broadcast are refused."""
+    shapes = [n.shape(v) for v in values]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise n.fail(f"shapes {[list(s) for s in shapes]} do not broadcast") from None
 
 
 # ---- class ids or class probabilities -----------------------------------------------------
@@ -349,8 +362,7 @@ def _clamp_min0(n: NodeCtx, v: Value) -> Value:
 def margin_ranking(n: NodeCtx) -> Value:
     x1, x2, y = n.tensor(0), n.tensor(1), n.tensor(2)
     margin, reduction = float(n.arg(3, "margin", 0.0)), _reduction(n, 4)
-    _same_shape(n, x1, x2)
-    _same_shape(n, x1, y)
+    _broadcast(n, x1, x2, y)
     _label(n, y)
     gap = n.emit1("Mul", [_float(n, y, x1), n.emit1("Sub", [x1, x2])])
     per = _clamp_min0(n, n.emit1("Sub", [n.const(margin, n.dtype(x1)), gap]))
@@ -366,7 +378,7 @@ def log_sigmoid(n: NodeCtx) -> Value:
 def hinge_embedding(n: NodeCtx) -> Value:
     x, y = n.tensor(0), n.tensor(1)
     margin, reduction = float(n.arg(2, "margin", 1.0)), _reduction(n, 3)
-    _same_shape(n, x, y)
+    _broadcast(n, x, y)
     _label(n, y)
     y = _float(n, y, x)
     dtype = n.dtype(x)

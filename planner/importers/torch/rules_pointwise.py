@@ -15,6 +15,8 @@ op, the node, its module path and the dtype.
 
 from __future__ import annotations
 
+import math
+
 from planner.importers.kit import Const
 from planner.importers.torch.context import NodeCtx, Value, rule
 from planner.ops.integer import INTEGER_FORMS, INTEGERS
@@ -293,3 +295,17 @@ def sign(n: NodeCtx) -> Value:
     if _kind(n.dtype(x)) != 2:
         raise _refuse(n, "Sign", n.dtype(x), ("float32", "float64", "bfloat16", "float16"))
     return n.emit1("Sign", [x])
+
+
+@rule("aten.angle.default")
+def angle(n: NodeCtx) -> Value:
+    """A real x's angle: pi where x < 0, else 0 (-0.0 too: torch tests `x < 0`), NaN where x
+    is NaN. Both pieces are constants, so no gradient reaches x: torch's is 0 for a real input
+    (a complex one is rules_complex.py's Atan2)."""
+    x = n.tensor(0)
+    d = n.dtype(x)
+    if _kind(d) != 2:
+        raise _refuse(n, "angle", d, ("float32", "float64", "bfloat16", "float16"))
+    half = n.emit1("Where", [n.emit1("Less", [x, n.const(0.0, d)]), n.const(math.pi, d),
+                             n.const(0.0, d)])
+    return n.emit1("Where", [n.emit1("IsNaN", [x]), n.const(math.nan, d), half])

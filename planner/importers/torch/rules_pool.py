@@ -23,6 +23,8 @@ without its batch axis gets one for the op, dropped after.
 
 from __future__ import annotations
 
+import math
+
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import NodeCtx, Value, rule
 from planner.importers.torch.rules import _pair, _reshape_to
@@ -174,3 +176,75 @@ def max_pool_backward(n: NodeCtx) -> Value:
     y = n.emit1("PoolScatter", [dy, indices], {"spatial": list(n.shape(x)[2:]),
                                                "accumulate": True})
     return _unbatched(n, [y], added)[0]
+
+
+# float32 holds every flat position of a plane exactly below this
+EXACT_POSITIONS = 1 << 24
+
+
+@rule("aten.fractional_max_pool2d.default", "aten.fractional_max_pool3d.default")
+def fractional_max_pool(n: NodeCtx) -> Value:
+    """F.fractional_max_pool2d / 3d (x, kernel_size, output_size, random_samples): each output
+    the max of a kernel-sized window whose start on each axis torch draws from the plane's
+    random sample u (its own aten.rand, the planner's generator): start_i = floor((i + u)
+    alpha) - floor(u alpha), alpha = (in - k) / (out - 1) in x's dtype as torch computes it,
+    the last window ending at the input's end. Every such window is one of the stride-1 max
+    pool's (MaxPoolND, torch's NaN and tie rule, with indices), so the output is that pool's
+    value and index at each start (an IndexGather): dy reaches the window's argmax, as torch's
+    backward sends it."""
+    dims = 3 if "3d" in n.op else 2
+    x, added = _batched(n, n.tensor(0), dims)
+    kernel, out = n.ints(1, "kernel_size"), n.ints(2, "output_size")
+    spatial = n.shape(x)[2:]
+    if len(kernel) != dims or len(out) != dims or min(out) < 1 or any(
+            o + k - 1 > s for o, k, s in zip(out, kernel, spatial, strict=True)):
+        raise n.fail(f"kernel {kernel} and output_size {out} for an input of spatial shape "
+                     f"{list(spatial)}")
+    dense = [s - k + 1 for s, k in zip(spatial, kernel, strict=True)]
+    if math.prod(spatial) >= EXACT_POSITIONS:
+        raise n.fail(f"a plane of {math.prod(spatial)} elements (the planner's fractional "
+                     f"pool takes fewer than {EXACT_POSITIONS})")
+    y, ind = n.emit("MaxPoolND", [x], {"kernel": kernel, "strides": [1] * dims}, n_out=2)
+    lead = list(n.shape(x)[:2])
+    pos = _fractional_positions(n, n.tensor(3, "random_samples"), spatial, kernel, out, dense)
+    where = {"axis": 2, "mode": "elements", "wrap": False}
+
+    def picked(v: str) -> str:
+        flat = n.emit1("Reshape", [v], {"shape": [*lead, math.prod(dense)]})
+        return n.emit1("Reshape", [n.emit1("IndexGather", [flat, pos], where)],
+                       {"shape": [*lead, *out]})
+
+    # the indices through float32 (exact: EXACT_POSITIONS), which every gather kernel takes
+    index = n.emit1("Cast", [picked(n.emit1("Cast", [ind], {"to": "float32"}))],
+                    {"to": "int64"})
+    return tuple(_unbatched(n, [picked(y), index], added))
+
+
+def _fractional_positions(n: NodeCtx, u: str | Const, spatial: tuple[int, ...],
+                          kernel: list[int], out: list[int], dense: list[int]) -> str:
+    """Each output's window start as a flat position in the stride-1 pool's output (shape
+    `dense`), int64 (N, C, prod(out)). torch's samples per plane are (W, H) for 2-D, (T, H, W)
+    for 3-D."""
+    import numpy as np
+
+    dims, dtype = len(spatial), n.dtype(u)
+    lead = list(n.shape(u)[:2])
+    total: str | None = None
+    for a, s in enumerate((1, 0) if dims == 2 else (0, 1, 2)):
+        room, o = spatial[a] - kernel[a], out[a]
+        if o == 1:
+            start: str | Const = n.const(np.full((*lead, 1), room), dtype)
+        else:
+            ua = n.emit1("Slice", [u], {"starts": [s], "ends": [s + 1], "axes": [2]})
+            alpha = n.const(np.divide(np.asarray(room, dtype), np.asarray(o - 1, dtype)), dtype)
+            at = n.emit1("Floor", [n.emit1("Mul", [n.emit1("Add", [
+                n.const(np.arange(o), dtype), ua]), alpha])])
+            t = n.emit1("Sub", [at, n.emit1("Floor", [n.emit1("Mul", [ua, alpha])])])
+            last = n.const(np.arange(o) == o - 1, "bool")
+            start = n.emit1("Where", [last, n.const(room, dtype), t])
+        shape = [*lead, *(o if b == a else 1 for b in range(dims))]
+        term = n.emit1("Mul", [n.emit1("Reshape", [start], {"shape": shape}),
+                               n.const(math.prod(dense[a + 1:]), dtype)])
+        total = term if total is None else n.emit1("Add", [total, term])
+    flat = n.emit1("Reshape", [total], {"shape": [*lead, math.prod(out)]})
+    return n.emit1("Cast", [flat], {"to": "int64"})

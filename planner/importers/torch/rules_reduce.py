@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.dtypes import INTEGER_DTYPES
 from planner.importers.kit import Const, Unsupported
 from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
@@ -153,11 +155,19 @@ def reduction(n: NodeCtx) -> Value:
         # torch's max.dim backward gives dvalues to the returned index alone (a tie is no
         # share): the values gathered at it (planner/importers/torch/rules_sort.py)
         return max_with_index(n)
+    if row.op == "ReduceLogSumExp" and not math.prod(n.shape(x)):
+        return empty_logsumexp(n, x)
     y = n.emit1(row.op, [x], {"axes": axes, "keepdims": _keep(n, row.keepdim)})
     if not row.values_and_indices:
         return y
     # an integer max.dim: exact values, no gradient; its indices refused where a node reads them
     return ReadLater((y, UNAVAILABLE), {1: lambda: max_with_index(n)[1]})
+
+
+def empty_logsumexp(n: NodeCtx, x: str | Const) -> Const:
+    """logsumexp of a tensor of no elements: the log of an empty sum, -inf, where torch's result
+    has elements (a reduced axis of size 0), a constant: no element of x to differentiate."""
+    return n.const(np.full(tuple(n.out_shape or ()), -np.inf), n.dtype(x))
 
 
 @rule("aten.linalg_vector_norm.default")
