@@ -85,8 +85,8 @@ def test_gradients_of_inputs_and_several_outputs():
 
 
 class Breaks(nn.Module):
-    """A graph break (print) and an op the planner lacks (antialiased bilinear resampling):
-    three pieces, one eager."""
+    """A graph break (print) and an op the planner refuses (singular vectors, whose signs are
+    LAPACK's choice: the product U S Vh gives the matrix back): three pieces, one eager."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,8 +97,8 @@ class Breaks(nn.Module):
     def forward(self, x):
         h = torch.relu(self.a(x))
         print("", end="")  # a graph break
-        h = F.interpolate(self.b(h).view(-1, 1, 2, 4), size=(2, 4), mode="bilinear",
-                          antialias=True).view(-1, 8)
+        u, sv, vh = torch.linalg.svd(self.b(h).view(-1, 2, 4), full_matrices=False)
+        h = (u @ torch.diag_embed(sv) @ vh).reshape(-1, 8)
         return self.c(torch.relu(h))
 
 
@@ -113,14 +113,14 @@ def test_graph_break_and_unsupported_op_fall_back_in_one_line():
     want = train(ref, data, torch.optim.SGD(ref.parameters(), lr=0.1))
     fallbacks = [str(w.message) for w in caught if w.category is PlannerFallback]
     assert len(fallbacks) == 1, fallbacks  # once per graph and call signature
-    assert "aten._upsample_bilinear2d_aa" in fallbacks[0] and "\n" not in fallbacks[0]
+    assert "aten._linalg_svd" in fallbacks[0] and "\n" not in fallbacks[0]
     assert got == pytest.approx(want, rel=RTOL)
     assert_same_state(model, ref)
 
 
 def test_fallback_false_raises_the_refusal():
     model = Breaks()
-    with pytest.raises(TorchImportError, match="_upsample_bilinear2d_aa"):
+    with pytest.raises(TorchImportError, match="_linalg_svd"):
         compiled(model, fallback=False)(torch.randn(2, 8))
 
 

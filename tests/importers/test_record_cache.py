@@ -120,3 +120,25 @@ def test_torch_values_are_read_back_as_their_types_only():
             record_cache.decoded(bad)
     with pytest.raises(record_cache.NotKept):
         record_cache.encoded(object())
+
+
+class Draws(torch.nn.Module):
+    """A buffer drawn afresh under no_grad: the draw's argument lives in a nested graph's code
+    (wrap_with_set_grad_enabled's submodule), not the top graph's."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.register_buffer("noise", torch.zeros(64))
+
+    def forward(self):
+        with torch.no_grad():
+            self.noise.geometric_(self.p)
+        return self.noise * 1.0
+
+
+def test_an_argument_inside_a_nested_graph_is_another_record(cache, decompositions):
+    first = convert(torch.export.export(Draws(0.2), ()))
+    again = convert(torch.export.export(Draws(0.7), ()))
+    assert len(decompositions) == 2
+    assert first.graph != again.graph

@@ -5,12 +5,14 @@ Decomposing a traced program (torch.export's run_decompositions) and recording i
 (record.from_exported) were more than half of a restarted trainer's tracing: 10.0 of 15.8 s of
 the CNN script's three traces under cProfile at load 9 (bench/first_step_loop.py). Both are
 functions of the traced program alone, so the record is kept under a key of everything they read
-from it: the graph's code; every node's metadata they read (its value's shape, dtype, strides and
-offset, the module stack and source line messages name); the signature and the symbolic ranges;
-the module root; torch's version and this importer's own sources (a rule or a kept op changed:
-another key). Nothing the user wrote is trusted to stand for the program: the key is made from
-what torch traced in this process, after the trace, so an edit of the model's code, a flag read
-in forward, another shape, another torch, each gives another key.
+from it: the code of the graph and of every graph nested in it (a no_grad region's); every
+node's metadata they read (its value's shape, dtype, strides and offset, the module stack and
+source line messages name); the signature and the symbolic ranges; the module root; torch's
+version and this importer's own sources (a rule or a kept op changed: another key). Nothing the
+user wrote is trusted to stand for the program: the key is made from what torch traced in this
+process, after the trace, so an edit of the model's code, a flag read in forward, another shape,
+another torch, each gives another key. A program that calls an op of its own (torch.library: its
+decomposition is code the trace does not show) is not kept.
 
 The state's values are never kept: a record read back takes its tensors from this process's
 program (the user's weights now, not the run that wrote it), and is used only where their names,
@@ -38,6 +40,9 @@ from planner.importers.torch.ref import Ref
 FORMAT = 1
 FILE = "record.json"
 _TORCH_KINDS = ("dtype", "device", "layout", "memory_format")
+# The op namespaces whose decompositions are torch's own (a program calling any other op is
+# not kept).
+TORCH_NAMESPACES = frozenset({"aten", "prims"})
 
 
 class NotKept(ValueError):
@@ -51,14 +56,24 @@ def key(program: Any, root: str) -> str:
 
     h = hashlib.sha256()
     h.update(f"{FORMAT}\0{torch.__version__}\0{root}\0{_sources_digest()}\0".encode())
-    h.update(program.graph_module.code.encode())
     h.update(str(program.graph_signature).encode())
     h.update(str(getattr(program, "range_constraints", "")).encode())
-    for node in program.graph_module.graph.nodes:
-        meta = node.meta
-        h.update(f"\0{node.name}\0{_meta_text(meta.get('val'))}\0".encode())
-        h.update(str(meta.get("nn_module_stack", "")).encode())
-        h.update(str(meta.get("stack_trace", "")).encode())
+    # Every graph, the nested ones too: a region under no_grad is a submodule of its own
+    # (wrap_with_set_grad_enabled), its calls and their arguments in its code only.
+    for name, module in program.graph_module.named_modules():
+        graph = getattr(module, "graph", None)
+        if graph is None:
+            continue
+        h.update(f"\0graph {name}\0{module.code}".encode())
+        for node in graph.nodes:
+            if getattr(node.target, "namespace", "aten") not in TORCH_NAMESPACES:
+                # a user's own op (torch.library): its decomposition is their code, which
+                # the trace does not show
+                raise NotKept(f"node {node.name!r}: {node.target}")
+            meta = node.meta
+            h.update(f"\0{node.name}\0{_meta_text(meta.get('val'))}\0".encode())
+            h.update(str(meta.get("nn_module_stack", "")).encode())
+            h.update(str(meta.get("stack_trace", "")).encode())
     for name, t in sorted({**(getattr(program, "constants", {}) or {}),
                            **program.state_dict}.items()):
         h.update(f"\0{name}\0{_meta_text(t)}\0{getattr(t, 'requires_grad', '')}".encode())
@@ -67,13 +82,14 @@ def key(program: Any, root: str) -> str:
 
 def folder(program: Any, root: str) -> Path | None:
     """Where the record of `program` is kept: <cache>/records/KEY; None where there is no cache
-    folder (no home, $PLANNER_CACHE not a folder): nothing kept."""
+    folder (no home, $PLANNER_CACHE not a folder) or the program calls an op of another
+    namespace than torch's own (its decomposition is the user's code): nothing kept."""
     from planner.errors import UserError
     from planner.io.disk_cache import records_root
 
     try:
         return records_root() / key(program, root)
-    except UserError:
+    except (UserError, NotKept):
         return None
 
 
