@@ -36,12 +36,14 @@ demo: $(VENV)/.installed-demo
 # What oneDNN's instruction set changes: the kernels, op by op, and the ONNX conformance
 # cases through the executor (the rest of tests/codegen runs the same kernels again). On a CPU
 # whose best instruction set is AVX2 already (no AVX-512, AVX-VNNI or AMX) oneDNN dispatches
-# the same kernels with or without the cap, so the pass would repeat the first one.
+# the same kernels with or without the cap, so the pass would repeat the first one. The kept
+# weight layouts too: they are what the forward primitive asks for, 8i8o blocks on AVX2.
 KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernels.py \
 	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
 	tests/codegen/test_onnx_node_conformance.py tests/codegen/test_weight_packs.py \
 	tests/codegen/test_kernel_dtypes.py tests/codegen/test_filter_grads.py \
-	tests/codegen/test_conv_columns.py tests/codegen/test_conv_leaky_fold.py
+	tests/codegen/test_conv_columns.py tests/codegen/test_conv_leaky_fold.py \
+	tests/codegen/test_weight_layouts.py
 
 # Two workers, a test file each at a time (module fixtures build once): most tests plan in
 # one Python thread, so two cores finish the suite in ~60% of one worker's time.
