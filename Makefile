@@ -37,7 +37,7 @@ demo: $(VENV)/.installed-demo
 # cases through the executor (the rest of tests/codegen runs the same kernels again). On a CPU
 # whose best instruction set is AVX2 already (no AVX-512, AVX-VNNI or AMX) oneDNN dispatches
 # the same kernels with or without the cap, so the pass would repeat the first one. The kept
-# weight layouts too: they are what the forward primitive asks for, 8i8o blocks on AVX2.
+# weight layouts too: they are what the forward primitive asks for, which follows the ISA.
 KERNEL_TESTS := tests/codegen/test_op_kernels.py tests/codegen/test_mixed_kernels.py \
 	tests/codegen/test_scaled_softmax_kernel.py tests/codegen/test_onnx_conformance.py \
 	tests/codegen/test_onnx_node_conformance.py tests/codegen/test_weight_packs.py \
