@@ -202,10 +202,15 @@ def from_exported(program: Any, root: str = "", binding: Mapping[Any, int] | Non
             raise TorchImportError(f"output {arg!r}: unsupported kind {spec.kind.name}")
         outputs.append(Output(kind, arg, spec.target or ""))
     calls = _checked(calls, checks)
-    tensors = {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
-                  if hasattr(v, "shape")},
-               **{k: _tensor(v) for k, v in program.state_dict.items()}}
-    return Program(tuple(inputs), tuple(calls), tuple(outputs), tensors)
+    return Program(tuple(inputs), tuple(calls), tuple(outputs), state_tensors(program))
+
+
+def state_tensors(program: Any) -> dict[str, Tensor]:
+    """An ExportedProgram's state as a record holds it: its tensor constants, then its
+    state_dict, each a loader of its value now."""
+    return {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
+               if hasattr(v, "shape")},
+            **{k: _tensor(v) for k, v in program.state_dict.items()}}
 
 
 def _call(node: Any, root: str, binding: Mapping[Any, int] | None,

@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from planner.importers.torch.record import Call, Input, Output, Program, Tensor, Value, _tensor
+from planner.importers.torch.record import Call, Input, Output, Program, Value, state_tensors
 from planner.importers.torch.ref import Ref
 
 # Bumped when the file's layout changes (older records are then another key, never misread).
@@ -103,7 +103,7 @@ def load(folder: Path, program: Any) -> Program | None:
         record = _program(data)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    tensors = _tensors(program)
+    tensors = state_tensors(program)
     held = {k: [list(t.shape), t.dtype] for k, t in tensors.items()}
     if held != data["tensors"]:
         return None
@@ -178,13 +178,6 @@ def _program(data: dict) -> Program:
     return Program(tuple(Input(**decoded(i)) for i in data["inputs"]),
                    tuple(Call(**decoded(c)) for c in data["calls"]),
                    tuple(Output(**decoded(o)) for o in data["outputs"]))
-
-
-def _tensors(program: Any) -> dict[str, Tensor]:
-    """The program's state as from_exported takes it: its constants, then its state_dict."""
-    return {**{k: _tensor(v) for k, v in (getattr(program, "constants", {}) or {}).items()
-               if hasattr(v, "shape")},
-            **{k: _tensor(v) for k, v in program.state_dict.items()}}
 
 
 def _meta_text(val: Any) -> str:
