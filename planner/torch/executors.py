@@ -179,44 +179,25 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
            examples: dict[str, np.ndarray] | None) -> Callable[[], Any]:
     """A maker of new executors of `graph`, planned and built once (_executor): each has its
     own arena and the same constants."""
-    from codegen.cached import load_built, package_name
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
-    from planner.memory.options import MemoryOptions
-    from planner.pipeline import PlanOptions, plan
-    from planner.schedule.options import ScheduleOptions
     from planner.target.presets import load_target
-    from planner.torch.training import _check_runs_here, _cost_table
+    from planner.torch.training import _check_runs_here
 
     target = load_target(options.target)
     _check_runs_here(target)
     prepared = prepare(graph, GraphOptions())
     within = _in_range(prepared, options)
+    stale = _measured_range(prepared, options) if within is None else None
+    if stale is not None:  # its measurements are in: the range planned again, at its largest
+        _planned_here(stale.prepared, options, _widened(examples, stale.prepared), target)
+        within = _in_range(prepared, options)
     if within is not None:  # a smaller shape of a graph planned before: its build, no plan
         name, package, step, concrete = within
     else:
-        import sys
-
-        shapes = ", ".join(str(list(s)) for s in _inputs(prepared))
-        print(f"planner: graph {graph.name!r} for inputs {shapes}: planning",
-              file=sys.stderr, flush=True)
-        folder = options.folder()
-        by_name = {t.name: t for t in prepared.tensors}
-        settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
-                               memory=MemoryOptions(budget_bytes=options.memory_budget))
-        table = _cost_table(options.costs, prepared, target, folder,
-                            {k: v.astype(by_name[k].dtype, copy=False)
-                             for k, v in (examples or {}).items() if k in by_name},
-                            options=settings, prefix="dynamo_")
-        with warnings.catch_warnings():  # an op the table lacks is priced analytically
-            warnings.simplefilter("ignore")
-            planned = plan(prepared, target, table, settings)
-        name = package_name(planned, "dynamo_")
-        if name not in _PACKAGES:
-            _PACKAGES[name] = load_built(planned, folder, name)[0]
-        package, step, concrete = _PACKAGES[name], planned.graph, {}
-        _keep_range(prepared, planned, name, package, target, table, options)
+        name, package, step = _planned_here(prepared, options, examples, target)
+        concrete = {}
     held = [t for t in step.by_role("param", "state") if t.updates is None]
     start = init_params(step)
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}
@@ -236,20 +217,71 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     return make
 
 
+def _planned_here(prepared: Any, options: BackendOptions, examples: dict[str, np.ndarray] | None,
+                  target: Any) -> tuple[str, Any, Any]:
+    """`prepared` planned for `target` as the options say, built (or found built) and kept as
+    a range plan where it can be one: its package's name, the package and the step graph."""
+    import sys
+
+    from codegen.cached import load_built, package_name
+    from planner.memory.options import MemoryOptions
+    from planner.pipeline import PlanOptions, plan
+    from planner.schedule.options import ScheduleOptions
+    from planner.torch.training import _cost_table
+
+    shapes = ", ".join(str(list(s)) for s in _inputs(prepared))
+    print(f"planner: graph {prepared.name!r} for inputs {shapes}: planning",
+          file=sys.stderr, flush=True)
+    folder = options.folder()
+    by_name = {t.name: t for t in prepared.tensors}
+    settings = PlanOptions(schedule=ScheduleOptions(strategy=options.strategy),
+                           memory=MemoryOptions(budget_bytes=options.memory_budget))
+    table = _cost_table(options.costs, prepared, target, folder,
+                        {k: v.astype(by_name[k].dtype, copy=False)
+                         for k, v in (examples or {}).items() if k in by_name},
+                        options=settings, prefix="dynamo_")
+    with warnings.catch_warnings():  # an op the table lacks is priced analytically
+        warnings.simplefilter("ignore")
+        planned = plan(prepared, target, table, settings)
+    name = package_name(planned, "dynamo_")
+    if name not in _PACKAGES:
+        _PACKAGES[name] = load_built(planned, folder, name)[0]
+    _keep_range(prepared, planned, name, _PACKAGES[name], target, table, options)
+    return name, _PACKAGES[name], planned.graph
+
+
+def _widened(examples: dict[str, np.ndarray] | None, prepared: Any
+             ) -> dict[str, np.ndarray] | None:
+    """A call's example values repeated to `prepared`'s input shapes (shapes.widened): values
+    of the data's own kinds for planning its range again."""
+    from planner.torch.shapes import widened
+
+    if examples is None:
+        return None
+    by_name = {t.name: t for t in prepared.tensors}
+    return {k: widened([v], (tuple(by_name[k].shape),))[0] if k in by_name else v
+            for k, v in examples.items()}
+
+
 @dataclass(frozen=True)
 class _Range:
     """A plan kept as a range (planner/pipeline/ranges.py): its build runs every smaller
     shape of its graph."""
 
     largest: tuple[tuple[int, ...], ...]  # its graph's input shapes
+    prepared: Any  # the front-end graph it was planned from (at `largest`)
     name: str  # its package's
     plan: Any
     package: Any
     choices: Any  # what its step graph was made with (planner.step.StepChoices)
-    # Planned while this host's measurements were taken (codegen/measure_later.py): the jobs
-    # it waits on; once they end, the range is planned again by its next call. None: priced
-    # by all it asked.
-    provisional: frozenset[str] | None = None
+    # The watch it was planned in (codegen/measure_later.py): the background jobs it waits
+    # on, known once that watch ends (the call's planning); once they end, the range is
+    # planned again by its next call. None, or a watch with none: priced by all it asked.
+    watch: Any = None
+
+    @property
+    def provisional(self) -> frozenset[str] | None:
+        return self.watch.provisional if self.watch is not None else None
 
 
 def _structure(prepared: Any, options: BackendOptions | None) -> str:
@@ -278,11 +310,27 @@ def _in_range(prepared: Any, options: BackendOptions) -> tuple[str, Any, Any, di
     shapes = _inputs(prepared)
     for r in sorted(_RANGES.get(_structure(prepared, options), ()),
                     key=lambda r: sum(map(math.prod, r.largest))):
-        if covers(r.largest, shapes) and (r.provisional is None or not done(r.provisional)):
+        jobs = r.provisional
+        if covers(r.largest, shapes) and (jobs is None or not done(jobs)):
             step = step_at(r.choices, prepared)
             if outside_range(r.plan.graph, step) is None:
-                ranged_on(r.provisional)
+                ranged_on(jobs)
                 return r.name, r.package, step, concrete_options(r.plan, step)
+    return None
+
+
+def _measured_range(prepared: Any, options: BackendOptions) -> _Range | None:
+    """The smallest kept range plan holding `prepared`'s shapes whose background measurements
+    have ended since it was planned (_in_range passes it over): planned again at its own
+    largest shapes, not at the call's, so that the range stays one."""
+    from codegen.measure_later import done
+    from planner.pipeline.ranges import covers
+
+    shapes = _inputs(prepared)
+    for r in sorted(_RANGES.get(_structure(prepared, options), ()),
+                    key=lambda r: sum(map(math.prod, r.largest))):
+        if covers(r.largest, shapes) and r.provisional is not None and done(r.provisional):
+            return r
     return None
 
 
@@ -295,12 +343,11 @@ def _keep_range(prepared: Any, planned: Any, name: str, package: Any, target: An
 
     choices = range_choices(prepared, planned.graph, target, None, table)
     if choices is not None:
-        w = current_watch()
         largest = _inputs(prepared)
         kept = _RANGES.setdefault(_structure(prepared, options), [])
         kept[:] = [r for r in kept if r.largest != largest]  # planned again: the new one
-        kept.append(_Range(largest, name, planned, package, choices,
-                           w.provisional if w is not None else None))
+        kept.append(_Range(largest, prepared, name, planned, package, choices,
+                           current_watch()))
 
 
 class ExecutorPool:

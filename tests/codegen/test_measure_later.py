@@ -117,6 +117,44 @@ def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(o
                                    atol=1e-6)
 
 
+def test_a_range_measured_in_the_background_is_planned_again_at_its_largest(own_store,
+                                                                           capfd):
+    """A range planned before its measurements (the batch of 8) is planned again once they
+    are in at its own largest shapes, not at the next call's: the smaller batches after run
+    in the one range, planning nothing each."""
+    import re
+
+    import planner.torch.executors as executors
+
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 3))
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="planner", options={"costs": "background"},
+                             dynamic=False)
+    executors._RANGES.clear()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    ours, theirs = [], []
+    for n in (8, 5, 6, 7, 3):
+        if n == 5:
+            measure_later.wait(600)
+            capfd.readouterr()
+        x, y = torch.randn(n, 12), torch.arange(n) % 3
+        for m, o, out in ((compiled, opt, ours), (reference, ref_opt, theirs)):
+            o.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            out.append(loss.item())
+    said = capfd.readouterr().err
+    planned = re.findall(r"for inputs \[(\d+), 12\]", said)
+    assert planned == ["8"]  # the forward's range, once: none at 5, 6, 7 or 3
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
 def test_what_the_host_kept_prices_now_and_what_it_lacks_is_listed(own_store):
     from planner.frontend.autodiff import make_training_graph
     from planner.graph.optimizer import Optimizer
