@@ -185,14 +185,15 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     from planner.target.presets import load_target
     from planner.torch.training import _check_runs_here
 
-    target = load_target(options.target)
-    _check_runs_here(target)
     prepared = prepare(graph, GraphOptions())
-    within = _in_range(prepared, options)
-    stale = _measured_range(prepared, options) if within is None else None
-    if stale is not None:  # its measurements are in: the range planned again, at its largest
-        _planned_here(stale.prepared, options, _widened(examples, stale.prepared), target)
-        within = _in_range(prepared, options)
+    within = _in_range(prepared, options)  # (its target checked when it was planned)
+    if within is None:
+        target = load_target(options.target)
+        _check_runs_here(target)
+        stale = _measured_range(prepared, options)
+        if stale is not None:  # its measurements are in: planned again, at its largest
+            _planned_here(stale.prepared, options, _widened(examples, stale.prepared), target)
+            within = _in_range(prepared, options)
     if within is not None:  # a smaller shape of a graph planned before: its build, no plan
         name, package, step, concrete = within
     else:
