@@ -21,6 +21,14 @@ class GraphError(ValueError):
     """The graph breaks a rule; the message names the node and/or tensor."""
 
 
+# Output types inferred by (op, input types, attrs' repr: JSON data, so equal reprs mean equal
+# values), shared by every check in the process: a pipeline checks its graph again after each
+# pass (a dozen times per shape the torch doors plan), and a deep graph repeats a few hundred
+# kinds of node. Inference is a pure function of the key. Bounded: emptied past INFERRED_MAX.
+_INFERRED: dict[tuple, list[TensorType]] = {}
+INFERRED_MAX = 1 << 16
+
+
 def normalize_attrs(graph: Graph) -> Graph:
     """The same graph with every node's attrs spelled out (defaults filled, kinds coerced)."""
     nodes = []
@@ -47,7 +55,8 @@ def check_graph(graph: Graph) -> Graph:
     written: set[str] = set()
     updated: dict[str, str] = {}  # persistent tensor -> the tensor holding its next value
     position = {n.name: k for k, n in enumerate(graph.nodes)}
-    inferred: dict[tuple, list[TensorType]] = {}
+    if len(_INFERRED) > INFERRED_MAX:
+        _INFERRED.clear()
     for n in graph.nodes:
         for i in n.inputs:
             if i not in tensors:
@@ -68,7 +77,7 @@ def check_graph(graph: Graph) -> Graph:
                 raise GraphError(f"node {n.name!r}: output tensor {o!r} has role "
                                  f"{tensors[o].role!r}, which is fed from outside the step")
             written.add(o)
-        _check_node_types(graph, n, inferred)
+        _check_node_types(graph, n, _INFERRED)
     for o in graph.outputs:
         if o not in tensors:
             raise GraphError(f"graph output {o!r} is not a tensor of the graph")
@@ -202,8 +211,6 @@ def _acyclic(graph: Graph) -> bool:
 def _check_node_types(graph: Graph, n: Node, inferred: dict[tuple, list[TensorType]]) -> None:
     tensors = graph.tensor_map
     ins = [TensorType(tensors[i].shape, tensors[i].dtype) for i in n.inputs]
-    # Nodes alike (op, input types, attributes: JSON data, so equal reprs mean equal values)
-    # infer alike: once per kind of node (a deep graph repeats a few hundred).
     alike = (n.op, tuple(ins), repr(n.attrs))
     outs = inferred.get(alike)
     if outs is None:
