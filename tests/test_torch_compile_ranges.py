@@ -98,3 +98,52 @@ def test_many_batch_sizes_plan_a_few_ranges_keep_a_bounded_set_and_are_told_once
     assert len(set(executors._POOLS) - before) <= 2 * 4
     churn = [w for w in said if issubclass(w.category, piece.ShapeChurn)]
     assert len(churn) == 1 and "call it first with the largest shapes" in str(churn[0].message)
+
+
+class Tokens(nn.Module):
+    """Token embeddings and positions (a slice of a parameter, to the length), a padding mask,
+    attention-like mixing scaled by the length, a masked mean, a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.position = nn.Parameter(torch.randn(32, 8) * 0.1)
+        self.mix = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, tokens, keep):
+        h = self.embed(tokens) + self.position[: tokens.shape[1]]
+        scores = (h @ self.mix(h).transpose(1, 2)) * tokens.shape[1] ** -0.5
+        h = scores.masked_fill(~keep[:, None, :], -1e4).softmax(-1) @ h
+        pooled = (h * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)
+        return self.head(pooled)
+
+
+def test_every_length_of_a_range_runs_on_a_few_shared_arenas_as_eager():
+    """Lengths in an order that comes back to earlier ones: each call matches eager (each
+    length's own constants are its own, whichever length ran last on the arena), and the
+    range's signatures share one arena per call in flight, not one per length."""
+    torch.manual_seed(3)
+    model = Tokens()
+    ref = copy.deepcopy(model)
+    executors._RANGES.clear()
+    before = set(executors._POOLS)  # (other tests' pools, alive while their models are)
+    net = compiled(model, lanes=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step, length in enumerate((16, 9, 12, 9, 5, 16, 12, 7, 5)):
+        g = torch.Generator().manual_seed(step)
+        tokens = torch.randint(0, 50, (4, length), generator=g)
+        keep = torch.arange(length)[None, :] < torch.tensor([length, length - 1, 3, 2])[:, None]
+        y = torch.randint(0, 3, (4,), generator=g)
+        for m, o in ((net, opt), (ref, ref_opt)):
+            o.zero_grad()
+            F.cross_entropy(m(tokens, keep), y).backward()
+            o.step()
+        assert_same_state(model, ref)
+    pools = [p for k, p in executors._POOLS.items() if k not in before]
+    ranges = {id(p._slots): p._slots for p in pools if p._slots is not None}
+    assert len(pools) == 2 * 5  # forward and backward of each length, planned once: 16
+    assert len(ranges) == 2  # every length on the range of 16's arenas
+    # The last backward's gradients are still views of its arena: the forward's is idle.
+    assert sum(len(r.idle()) for r in ranges.values()) == 1

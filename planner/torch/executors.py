@@ -43,6 +43,9 @@ _RANGES: dict[str, list[_Range]] = {}
 # saved activations until its backward (ExecutorPool), so they are never _EXECUTORS' shared ones.
 # (Weak: a pool lives while a planned call holds it; kept_calls lets calls go, piece.py.)
 _POOLS: weakref.WeakValueDictionary[str, ExecutorPool] = weakref.WeakValueDictionary()
+# The arenas of each range plan's build (by its package's name), shared by the pools of every
+# call signature it runs (weak: a range's arenas live while a pool of it does).
+_SLOTS: weakref.WeakValueDictionary[str, ArenaSlots] = weakref.WeakValueDictionary()
 # The way every lanes="measured" plan of the process runs (planner/torch/lane_choice.py).
 STEP_WAY = StepWay()
 # Every planned call, so that its executors are dropped before the interpreter's teardown
@@ -171,12 +174,18 @@ def _pool(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     key = _content_key(graph, consts, options)
     pool = _POOLS.get(key)
     if pool is None:
-        pool = _POOLS[key] = ExecutorPool(_maker(graph, consts, options, examples))
+        make = _maker(graph, consts, options, examples)
+        slots = None
+        if make.range is not None:  # every call signature of the range on its arenas
+            slots = _SLOTS.get(make.range)
+            if slots is None:
+                slots = _SLOTS[make.range] = ArenaSlots()
+        pool = _POOLS[key] = ExecutorPool(make, slots)
     return pool
 
 
 def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
-           examples: dict[str, np.ndarray] | None) -> Callable[[], Any]:
+           examples: dict[str, np.ndarray] | None) -> _Maker:
     """A maker of new executors of `graph`, planned and built once (_executor): each has its
     own arena and the same constants."""
     from planner.frontend.options import GraphOptions
@@ -210,12 +219,34 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     lanes = options.lanes is not False
     measured = options.lanes == "measured"
 
-    def make() -> Any:
-        ex = package.Executor(concurrent=lanes, adaptive=options.adaptive, **concrete)
+    def make(arena_of: Any = None) -> Any:
+        ex = package.Executor(concurrent=lanes, adaptive=options.adaptive,
+                              arena_of=_raw(arena_of), **concrete)
         ex.load_params(values)
         return ChosenWay(ex, STEP_WAY, name) if measured else ex
 
-    return make
+    return _Maker(make, lambda ex: _raw(ex).load_params(values),
+                  name if any(r.name == name for rs in _RANGES.values() for r in rs) else None)
+
+
+@dataclass(frozen=True)
+class _Maker:
+    """A maker of executors of one planned graph (`make(arena_of=None)`: its own arena, or
+    another executor's of the same build), the loading of its constants into an executor's
+    arena again (`load`: after another call signature's executor ran there), and the range
+    plan's package whose arenas it may share (None: its arena is its own)."""
+
+    make: Callable[..., Any]
+    load: Callable[[Any], None]
+    range: str | None
+
+    def __call__(self, arena_of: Any = None) -> Any:
+        return self.make(arena_of)
+
+
+def _raw(ex: Any) -> Any:
+    """The runtime's executor behind a ChosenWay (or None)."""
+    return ex.ex if isinstance(ex, ChosenWay) else ex
 
 
 def _planned_here(prepared: Any, options: BackendOptions, examples: dict[str, np.ndarray] | None,
@@ -351,21 +382,62 @@ def _keep_range(prepared: Any, planned: Any, name: str, package: Any, target: An
                            current_watch()))
 
 
+class ArenaSlots:
+    """The arenas of one range plan's build (planner/pipeline/ranges.py), each a slot leased
+    whole: the executors of every call signature the range runs share them (the runtime's
+    `arena_of`), so a run of many shapes holds as many arenas as calls in flight, not one per
+    shape, and a new shape's executor allocates nothing. A slot remembers whose constants its
+    arena holds (a constant built from a length differs between shapes): a lease by another
+    pool loads its own first."""
+
+    def __init__(self) -> None:
+        self._idle: list[_Slot] = []
+        self._lock = ForkLock(reentrant=True)
+
+    def take(self) -> _Slot | None:
+        with self._lock:
+            return self._idle.pop() if self._idle else None
+
+    def give(self, slot: _Slot) -> None:
+        with self._lock:
+            self._idle.append(slot)
+
+    def idle(self) -> tuple[_Slot, ...]:
+        with self._lock:
+            return tuple(self._idle)
+
+
+class _Slot:
+    """One arena of a range's build: the executor that owns it, whose constants it holds now
+    (the pool), and each pool's executor on it."""
+
+    def __init__(self, owner: Any, pool: ExecutorPool) -> None:
+        self.owner, self.loaded = owner, pool
+        self.on: weakref.WeakKeyDictionary[ExecutorPool, Any] = weakref.WeakKeyDictionary()
+        self.on[pool] = owner
+
+
 class ExecutorPool:
     """Executors of one forward plan, each leased by one call whose results the backward reads
     in place from its arena (arena views, no copy): a leased executor is not run again until
     every view of its call is gone (Lease), so several calls in flight before their backwards
     (a model called twice a step, checkpointing) lease one each and the pool grows to their
-    number. Thread-safe; a lease may be returned from any thread (by the garbage collector)."""
+    number. A pool of a range plan's call signature leases its arenas from the range's
+    ArenaSlots instead, shared with the range's other signatures. Thread-safe; a lease may be
+    returned from any thread (by the garbage collector)."""
 
-    def __init__(self, make: Callable[[], Any]) -> None:
+    def __init__(self, make: _Maker | Callable[..., Any], slots: ArenaSlots | None = None
+                 ) -> None:
         self._make = make
+        self._slots = slots
         self._idle: list[Any] = []
         # Reentrant: a view freed by a collection inside lease() returns its lease here.
         self._lock = ForkLock(reentrant=True)
         self.size = 0  # executors made
 
     def lease(self) -> Lease:
+        if self._slots is not None:
+            return self._lease_slot(self._slots)
         with self._lock:
             if self._idle:
                 return Lease(self, self._idle.pop())
@@ -378,12 +450,42 @@ class ExecutorPool:
             raise
         return Lease(self, ex)
 
+    def _lease_slot(self, slots: ArenaSlots) -> Lease:
+        slot = slots.take()
+        try:
+            if slot is None:  # every arena in use: a new one, this pool's executor owning it
+                ex = self._made(None)
+                slot = _Slot(ex, self)
+            else:
+                ex = slot.on.get(self)
+                if ex is None:  # this signature's executor on that arena (it loads its own)
+                    ex = slot.on[self] = self._made(slot.owner)
+                elif slot.loaded is not self:
+                    self._make.load(ex)
+                slot.loaded = self
+        except BaseException:
+            if slot is not None:
+                slots.give(slot)
+            raise
+        return Lease(self, ex, slot)
+
+    def _made(self, arena_of: Any) -> Any:
+        ex = self._make(arena_of)
+        with self._lock:
+            self.size += 1
+        return ex
+
     def idle(self) -> tuple[Any, ...]:
         """The executors not leased now."""
+        if self._slots is not None:
+            return tuple(s.on[self] for s in self._slots.idle() if self in s.on)
         with self._lock:
             return tuple(self._idle)
 
-    def _give_back(self, ex: Any) -> None:
+    def _give_back(self, ex: Any, slot: _Slot | None = None) -> None:
+        if slot is not None and self._slots is not None:
+            self._slots.give(slot)
+            return
         with self._lock:
             self._idle.append(ex)
 
@@ -392,8 +494,8 @@ class Lease:
     """One call's hold on a pooled executor: the call's own (ended by close()) and one per
     array it keeps (kept()); the executor goes back to the pool when all have ended."""
 
-    def __init__(self, pool: ExecutorPool, ex: Any) -> None:
-        self.pool, self.ex = pool, ex
+    def __init__(self, pool: ExecutorPool, ex: Any, slot: _Slot | None = None) -> None:
+        self.pool, self.ex, self.slot = pool, ex, slot
         self._holds = 1
         self._lock = ForkLock(reentrant=True)
         self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
@@ -466,7 +568,7 @@ class Lease:
             self._holds -= 1
             done = self._holds == 0
         if done:
-            self.pool._give_back(self.ex)
+            self.pool._give_back(self.ex, self.slot)
 
 
 def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:
