@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stages != "reference":
         if args.inputs != "sample" or (args.write and args.stages != "matches"):
             parser.error("--stages: the sample inputs only, and --write at matches only")
-        _staged(args)
-        return 0
+        return _staged(args)
     for inputs in (("sample", "reference") if args.inputs == "both" else (args.inputs,)):
         print(f"## {inputs} inputs")
         _sweep(args, inputs)
@@ -110,7 +109,9 @@ def _sweep(args: argparse.Namespace, inputs: str) -> None:
           f"{load[1]:.2f} {load[2]:.2f})\n")
 
 
-def _staged(args: argparse.Namespace) -> None:
+def _staged(args: argparse.Namespace) -> int:
+    """The staged sweep; exit status 1 when a value is off or a stage crashes, at any stage
+    (said on stderr too)."""
     from planner.importers.opinfo_stages_page import (
         STAGED_EXPECTATIONS as EXPECTATIONS,
     )
@@ -148,6 +149,12 @@ def _staged(args: argparse.Namespace) -> None:
           f"{seconds / max(len(outcomes), 1):.2f} s an OpInfo; median check "
           f"{per[len(per) // 2] if per else 0:.2f} s, slowest {per[-1] if per else 0:.1f} s; "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})\n")
+    off = [f"{s.name}: {s.stage}: {s.line}" for s in outcomes
+           if s.line.startswith(("wrong:", "crash:"))]
+    if off:
+        print(f"SILENTLY WRONG OR CRASHING ({len(off)}):\n  "
+              + "\n  ".join(off), file=sys.stderr)
+    return 1 if off else 0
 
 
 if __name__ == "__main__":
