@@ -45,6 +45,15 @@ def test_a_handful_of_opinfos_through_every_stage():
     _check(HANDFUL)
 
 
+def test_an_opinfo_of_no_ops_alone_runs_beside_the_carrier():
+    """clone's import has no ops (its output is its parameter): planned alone, it is planned
+    beside a one-Relu part, and its values (and the carrier's) come back from the executor."""
+    pytest.importorskip("torch")
+    pytest.importorskip("expecttest")
+    assert EXPECTED["clone"][1] == "matches"
+    _check(["clone"])
+
+
 def test_the_executors_values_are_what_is_compared():
     """The executor sample of abs matches torch; fed other parameters (moved by 1) than
     torch's, the same package's run is off by about 1 and said to be."""

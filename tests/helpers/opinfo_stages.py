@@ -23,7 +23,10 @@ every name prefixed), planned, built into one package of the host's package cach
 plan's digest (codegen.cached: a rerun of an unchanged group compiles nothing), and run once.
 Where the merged package fails to plan, build or run, each of its OpInfos is built and run
 alone, so that the failure is its own OpInfo's. A group's membership does not depend on
-outcomes, so a change to one OpInfo rebuilds its group's package only.
+outcomes, so a change to one OpInfo rebuilds its group's package only. A sample whose import
+has no ops (clone, contiguous: views and copies folded to their inputs) is planned in its
+group's graph, or, where nothing beside it has ops, beside a one-Relu `carrier` part: `plan`
+refuses a graph of no nodes, a limit of a whole model rather than of the op.
 
 Tolerance: the reference stage's (opinfo_cases.compare: 10 x torch's float32 noise plus 16
 float32 ulps of the tensor's scale), of the executor's outputs and gradients against torch's
@@ -185,10 +188,12 @@ def _graph_of(package: Any) -> Any:
 
 # ---- a group ----------------------------------------------------------------------------------
 
-def stage_group(names: Sequence[str], stop: str = "matches",
-                ops: dict[str, Any] | None = None) -> list[Staged]:
+def stage_group(names: Sequence[str], stop: str = "matches", ops: dict[str, Any] | None = None,
+                mark: Callable[[str, str], None] = lambda name, stage: None) -> list[Staged]:
     """Every stage up to `stop` (planned, built or matches) of the OpInfos `names`, their
-    executor samples merged into one package (module docstring)."""
+    executor samples merged into one package (module docstring). `mark(name, stage)` is
+    called as an OpInfo reaches imported and built: where a signal kills the process, the
+    sweep knows the last stage reached."""
     from tests.importers.opinfo_cases import by_name, family_of
 
     ops = ops if ops is not None else by_name()
@@ -201,12 +206,13 @@ def stage_group(names: Sequence[str], stop: str = "matches",
         early, chosen = executor_sample(ops[name], name, family)
         if early is None:
             k, run = chosen
+            mark(name, "imported")
             early = _planned(name, family, k, run, stop, plans)
         if early is not None:
             done[name] = early
         timed[name] = time.perf_counter() - start
     if plans:
-        done |= _executor_stages(plans, names, ops, stop)
+        done |= _executor_stages(plans, names, ops, stop, mark)
     return [Staged(**{**asdict(done[n]), "seconds": round(timed[n] + done[n].seconds, 2)})
             for n in names]
 
@@ -215,7 +221,7 @@ def _planned(name: str, family: str, k: int, run: Any, stop: str,
              plans: dict[str, tuple[Any, Any]]) -> Staged | None:
     """The sample planned and its kernels found (recorded in `plans`), or where it stopped. A
     graph of no ops (a view, a copy: the import folds it to its input) has nothing to plan
-    alone: it rides in its group's package, planned there."""
+    alone: it rides in its group's package, planned there (or beside `carrier`)."""
     from tests.codegen.merged_graph import merge
 
     if not run.graph.nodes:
@@ -236,7 +242,7 @@ def _planned(name: str, family: str, k: int, run: Any, stop: str,
 
 
 def _executor_stages(plans: dict[str, tuple], names: Sequence[str], ops: dict[str, Any],
-                     stop: str) -> dict[str, Staged]:
+                     stop: str, mark: Callable[[str, str], None]) -> dict[str, Staged]:
     """Planned, built and run merged (up to `stop`); where the merged graph fails to, each
     alone."""
     from tests.codegen.merged_graph import merge
@@ -250,6 +256,8 @@ def _executor_stages(plans: dict[str, tuple], names: Sequence[str], ops: dict[st
             graph = merge("opinfo_group", {p: plans[n][1].graph for p, n in prefixes.items()})
             planned = host_plan(graph)
             package = None if stop == "planned" else built(planned)
+            for n in prefixes.values() if package is not None else ():
+                mark(n, "built")
             bad = {} if stop in ("planned", "built") else mismatches(
                 package, {p: plans[n][1] for p, n in prefixes.items()})
         except Exception:  # whose it is: each alone
@@ -258,17 +266,20 @@ def _executor_stages(plans: dict[str, tuple], names: Sequence[str], ops: dict[st
             share = (time.perf_counter() - start) / len(plans)
             return {n: _reached(n, fam[n], plans[n][0], bad.get(p, ""), stop, share)
                     for p, n in prefixes.items()}
-    return {n: _alone(n, fam[n], k, run, planned, stop)
+    return {n: _alone(n, fam[n], k, run, planned, stop, mark)
             for n, (k, run, planned) in plans.items()}
 
 
-def _alone(name: str, family: str, k: int, run: Any, planned: Any, stop: str) -> Staged:
+def _alone(name: str, family: str, k: int, run: Any, planned: Any, stop: str,
+           mark: Callable[[str, str], None]) -> Staged:
     from tests.codegen.merged_graph import merge
 
     start = time.perf_counter()
-    if planned is None:  # a graph of no ops, alone: planning refuses it
+    parts = {"": run}
+    if planned is None:  # a graph of no ops, alone: planned beside the carrier
+        parts["carrier/"] = carrier()
         try:
-            planned = host_plan(merge("opinfo", {"": run.graph}))
+            planned = host_plan(merge("opinfo", {p: r.graph for p, r in parts.items()}))
         except Exception as e:
             return Staged(name, family, "imported", _refused_or_crash(e, planning=True), k)
     if stop == "planned":
@@ -277,12 +288,30 @@ def _alone(name: str, family: str, k: int, run: Any, planned: Any, stop: str) ->
         package = built(planned)
     except Exception as e:
         return Staged(name, family, "planned", _refused_or_crash(e), k)
+    mark(name, "built")
     try:
-        bad = {} if stop == "built" else mismatches(package, {"": run})
+        bad = {} if stop == "built" else mismatches(package, parts)
     except Exception as e:
         return Staged(name, family, "built", f"crash: run: {type(e).__name__}: {_one_line(e)}",
                       k, time.perf_counter() - start)
     return _reached(name, family, k, bad.get("", ""), stop, time.perf_counter() - start)
+
+
+def carrier() -> Any:
+    """A part of one Relu and its exact values (opinfo_cases.Run): what a graph of no ops is
+    planned and built beside when no other part of its group has ops (`plan` refuses a graph
+    of no nodes: a limit of a whole model, not of the op)."""
+    from planner.ir.graph import Graph, Node, Tensor
+    from tests.importers.opinfo_cases import Run
+
+    x = np.linspace(-1.0, 1.0, 6, dtype=np.float32).reshape(2, 3)
+    y = np.maximum(x, 0)
+    graph = Graph(name="carrier", kind="inference",
+                  tensors=(Tensor(name="x", shape=(2, 3), role="input"),
+                           Tensor(name="y", shape=(2, 3))),
+                  nodes=(Node(name="relu", op="Relu", inputs=("x",), outputs=("y",)),),
+                  outputs=("y",))
+    return Run(graph, {}, {"x": x}, {"y": (y, y.astype(np.float64))})
 
 
 def _reached(name: str, family: str, k: int, bad: str, stop: str, seconds: float) -> Staged:
@@ -313,8 +342,9 @@ def staged_sweep(names: Sequence[str] | None = None, jobs: int = 1, stop: str = 
     processes (`python -m tests.helpers.opinfo_stages STOP`: a group a line in, a Staged a
     line out). A worker that dies (a signal inside the executor) or goes TIMEOUT seconds without
     an answer has its unanswered group split into single OpInfos, tried again each in a new
-    worker; a lone OpInfo that does so is a crash at the stage its executor sample reached
-    last in the reference stage (exportable). `progress(staged)` as each finishes."""
+    worker; a lone OpInfo that does so is a crash at the last stage the worker marked it at
+    (stage_group's `mark`: exportable, imported or built). `progress(staged)` as each
+    finishes."""
     import threading
 
     from tests.importers.opinfo_cases import by_name, family_of
@@ -357,7 +387,11 @@ def _run_shard(pending: list[list[str]], families: dict[str, str],
         proc.stdin.close()
         timer = threading.Timer(TIMEOUT, proc.kill)
         timer.start()
+        reached: dict[str, str] = {}  # the worker's marks: the last stage each reached
         for line in proc.stdout:
+            if line.startswith("~ "):
+                _, name, stage = line.split()
+                reached[name] = stage
             if not line.startswith("{"):
                 continue
             s = Staged(**json.loads(line))
@@ -375,12 +409,14 @@ def _run_shard(pending: list[list[str]], families: dict[str, str],
         elif pending:
             name = pending.pop(0)[0]
             why = f"the process died ({code})" if code != -9 else f"no answer in {TIMEOUT:.0f} s"
-            record(Staged(name, families[name], "exportable", f"crash: {why}"))
+            record(Staged(name, families[name], reached.get(name, "exportable"),
+                          f"crash: {why}"))
 
 
 def _worker() -> None:
     """The worker: the last stage as its argument, a group of OpInfo names a line on stdin,
-    one Staged as JSON a line on stdout (a group's at once, when it is done)."""
+    one Staged as JSON a line on stdout (a group's at once, when it is done), and before
+    them its marks, `~ NAME STAGE` lines (stage_group's `mark`)."""
     stop = sys.argv[1] if len(sys.argv) > 1 else "matches"
     if stop not in STAGES[3:]:
         raise SystemExit(f"stage {stop!r} is not one of {', '.join(STAGES[3:])}")
@@ -388,9 +424,14 @@ def _worker() -> None:
 
     out, sys.stdout = sys.stdout, sys.stderr  # what torch prints does not mix with the answers
     ops = by_name()
+
+    def mark(name: str, stage: str) -> None:
+        out.write(f"~ {name} {stage}\n")
+        out.flush()
+
     for line in sys.stdin:
         if line.split():
-            for s in stage_group(line.split(), stop, ops):
+            for s in stage_group(line.split(), stop, ops, mark):
                 out.write(json.dumps(asdict(s)) + "\n")
             out.flush()
 
