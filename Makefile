@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 PLANNER := $(VENV)/bin/planner
 DEMO_EXTRAS ?= demo
 
-.PHONY: demo test test-all lint bench opinfo
+.PHONY: demo test test-all lint bench opinfo opinfo-staged
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -62,10 +62,10 @@ test: $(VENV)/.installed-test
 # `make test` runs a representative of each (the cases marked `ci_sample`; tests/test_ci_tiers.py
 # fails on a module of opt-in cases without one): the backend's compile matrix (a case, 8 s) and
 # stock loop (the encoder, 21 s), the trainer's torch.optim matrix (a case, 2 s), a killed rank
-# on 2 gloo ranks (6 s), an OpInfo sample on the executor (15 s), an MLP under ASan and UBSan
-# (6 s, and the instrumented runtime's build once per cache: 35 s), the TVM kernels' freshness
-# on a spec of each kind (2 s); about 67 s more in all, measured on the 2-core VM at load 7
-# (2026-11-28; docs/development.md).
+# on 2 gloo ranks (6 s), an OpInfo sample on the executor (15 s), six OpInfos through every
+# stage (17 s), an MLP under ASan and UBSan (6 s, and the instrumented runtime's build once per
+# cache: 35 s), the TVM kernels' freshness on a spec of each kind (2 s); about 84 s more in
+# all, measured on the 2-core VM at load 7-8 (2026-11-28/29; docs/development.md).
 test-all: test
 	$(PYTEST) -m "slow or nvcc"
 
@@ -83,3 +83,12 @@ bench: $(VENV)/.installed-test
 # (bench/RESULTS.md). `git diff` then shows which OpInfos changed.
 opinfo: $(VENV)/.installed-test
 	$(PY) bench/opinfo_sweep.py --jobs 2 --inputs both --write
+
+# The same OpInfos on through every stage (issue 86): one sample each planned for this host,
+# built into the CPU executor (a package per fixed group of 8 OpInfos, kept in the host's
+# package cache by digest: a rerun compiles nothing) and run against torch; rewrites
+# tests/importers/opinfo_staged_expectations.json and docs/opinfo-stages.md (the staged counts
+# and the expected-failure list). tests/codegen/test_opinfo_stages.py runs a handful with the
+# suite; `-m opinfo_full` runs the rest, a group per case.
+opinfo-staged: $(VENV)/.installed-test
+	$(PY) bench/opinfo_sweep.py --jobs 2 --stages matches --write

@@ -5,12 +5,21 @@ float64 (tests/importers/opinfo_cases.py); prints the issue's table, the familie
 counts and the ATen ops refused most often, per input set.
 
     python bench/opinfo_sweep.py [--jobs 2] [--inputs sample|reference|both] [--write]
-                                 [--top N] [NAME ...]
+                                 [--top N] [--stages reference|planned|built|matches]
+                                 [NAME ...]
 
 --write rewrites the input set's expectations file (tests/importers/opinfo_expectations.json,
 opinfo_reference_expectations.json: what tests/importers/test_opinfo.py expects of each
 OpInfo) and, for the sample inputs, docs/supported-ops.md, whose per-family counts come from
 it: `make opinfo` runs both sets with --write on two processes.
+
+--stages planned|built|matches (issue 86) goes on past the reference interpreter, one sample
+per OpInfo, up to that stage: planned for this host, built into the CPU executor (a package
+per fixed group of OpInfos, kept in the host's package cache by its plan's digest, so that a
+rerun compiles nothing), run forward and backward against torch (tests/helpers/
+opinfo_stages.py); prints the staged counts and the time per OpInfo. With --write (at
+matches) it rewrites tests/importers/opinfo_staged_expectations.json and docs/opinfo-stages.md:
+`make opinfo-staged`.
 """
 
 from __future__ import annotations
@@ -46,8 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", choices=("sample", "reference", "both"), default="sample",
                         help="the OpInfos' sample inputs, their held-out reference inputs, "
                              "or both in turn (default: sample)")
+    parser.add_argument("--stages", choices=("reference", "planned", "built", "matches"),
+                        default="reference",
+                        help="the last stage: the reference interpreter's check (default), "
+                             "or on through planning, the executor's build, its run")
     parser.add_argument("names", nargs="*", help="only these OpInfos (default: all)")
     args = parser.parse_args(argv)
+    if args.stages != "reference":
+        if args.inputs != "sample" or (args.write and args.stages != "matches"):
+            parser.error("--stages: the sample inputs only, and --write at matches only")
+        return _staged(args)
     for inputs in (("sample", "reference") if args.inputs == "both" else (args.inputs,)):
         print(f"## {inputs} inputs")
         _sweep(args, inputs)
@@ -90,6 +107,54 @@ def _sweep(args: argparse.Namespace, inputs: str) -> None:
     load = os.getloadavg()
     print(f"({seconds:.0f} s on {args.jobs} processes; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f})\n")
+
+
+def _staged(args: argparse.Namespace) -> int:
+    """The staged sweep; exit status 1 when a value is off or a stage crashes, at any stage
+    (said on stderr too)."""
+    from planner.importers.opinfo_stages_page import (
+        STAGED_EXPECTATIONS as EXPECTATIONS,
+    )
+    from planner.importers.opinfo_stages_page import load_expectations, table
+    from tests.helpers.opinfo_stages import expectations_json, staged_sweep
+
+    start = time.perf_counter()
+    count = [0]
+
+    def progress(s) -> None:
+        count[0] += 1
+        print(f"[{count[0]}] {s.name}: {s.stage}{' (' + s.line + ')' if s.line else ''} "
+              f"{s.seconds:.1f} s, {time.perf_counter() - start:.0f} s in all",
+              file=sys.stderr, flush=True)
+
+    outcomes = staged_sweep(args.names or None, jobs=args.jobs, stop=args.stages,
+                            progress=progress)
+    seconds = time.perf_counter() - start
+    rows = {s.name: (s.family, *s.expectation) for s in outcomes}
+    print("\n".join(table(rows)))
+    old = load_expectations()
+    changed = [n for n in rows if n in old and old[n] != rows[n]]
+    print(f"\n{len(changed)} OpInfos differ from {EXPECTATIONS.name}"
+          + (f": {', '.join(changed[:40])}" if changed else ""))
+    if args.write:
+        kept = dict(old) if args.names else {}  # a subset updates its rows only
+        EXPECTATIONS.write_text(expectations_json(kept | rows), encoding="utf-8")
+        from planner.importers.opinfo_stages_page import opinfo_stages_page
+
+        (ROOT / "docs" / "opinfo-stages.md").write_text(opinfo_stages_page(), encoding="utf-8")
+        print(f"wrote {EXPECTATIONS.relative_to(ROOT)} and docs/opinfo-stages.md")
+    load = os.getloadavg()
+    per = sorted(s.seconds for s in outcomes)
+    print(f"({seconds:.0f} s on {args.jobs} processes for {len(outcomes)} OpInfos: "
+          f"{seconds / max(len(outcomes), 1):.2f} s an OpInfo; median check "
+          f"{per[len(per) // 2] if per else 0:.2f} s, slowest {per[-1] if per else 0:.1f} s; "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})\n")
+    off = [f"{s.name}: {s.stage}: {s.line}" for s in outcomes
+           if s.line.startswith(("wrong:", "crash:"))]
+    if off:
+        print(f"SILENTLY WRONG OR CRASHING ({len(off)}):\n  "
+              + "\n  ".join(off), file=sys.stderr)
+    return 1 if off else 0
 
 
 if __name__ == "__main__":

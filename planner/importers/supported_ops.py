@@ -112,7 +112,9 @@ def opinfo_section(path: Path = OPINFO_EXPECTATIONS) -> list[str]:
              "opinfo` reruns all and rewrites the counts). *Tried*: exportable by",
              "torch.export; *pass*: forward and backward equal to torch on every sample",
              "(for random ops and `empty`, whose values torch does not fix, their shapes);",
-             "*refused*: one line naming the op; *off*: silently wrong or a crash.", "",
+             "*refused*: one line naming the op; *off*: silently wrong or a crash. How far",
+             "each goes on through planning and the CPU executor, and the expected-failure",
+             "list: [opinfo-stages.md](opinfo-stages.md).", "",
              f"{sum(o == 'pass' for _, o in tried)} of {len(tried)} exportable OpInfos pass "
              f"({len(rows)} float32 OpInfos in op_db).", "",
              "| family | pass | refused | off | tried |", "| --- | --- | --- | --- | --- |"]

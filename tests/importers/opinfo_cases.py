@@ -444,13 +444,15 @@ class Run:
     params: dict[str, np.ndarray]
     feeds: dict[str, np.ndarray]
     torch: dict[str, tuple[np.ndarray, np.ndarray]]
+    values: bool = True  # False: a random op's run, whose shapes alone are compared
 
 
-def check_sample(op: Any, sample: Any, seed: int = 0,
-                 runs: list[Run] | None = None) -> tuple[str, str]:
+def check_sample(op: Any, sample: Any, seed: int = 0, runs: list[Run] | None = None,
+                 random_runs: bool = False) -> tuple[str, str]:
     """One sample: (status, detail) as in the module docstring, status never "export" but
     raising _Skip when torch cannot export it. A passing sample whose values are compared (not
-    a random op's) is appended to `runs` when given."""
+    a random op's, unless `random_runs`: then with `values` False) is appended to `runs` when
+    given."""
     import torch
 
     from planner.frontend.autodiff import gradients
@@ -553,14 +555,15 @@ def check_sample(op: Any, sample: Any, seed: int = 0,
             bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
             if bad and _autograd_known_wrong(op):
                 fd = _finite_difference(op, sample, p, cotangents)
-                bad = bad if fd is None else compare(
-                    f"gradient of {p}", np.asarray(mine), fd.astype(np.float32), fd)
+                if fd is not None:  # the reference of this gradient, the executor's too
+                    g32[p], g64[p] = fd.astype(np.float32), fd
+                    bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
             if bad:
                 return "wrong", bad
-    if runs is not None and not random:
+    if runs is not None and (random_runs or not random):
         refs = {n: (o32[k], o64[k]) for k, n in zip(distinct, names, strict=True)}
         refs |= {gnames[p]: (g32[p], g64[p]) for p in wrt if gnames.get(p) and p in g64}
-        runs.append(Run(graph, imported.params(), feeds, refs))
+        runs.append(Run(graph, imported.params(), feeds, refs, values=not random))
     return "pass", ""
 
 
