@@ -147,3 +147,23 @@ def test_every_length_of_a_range_runs_on_a_few_shared_arenas_as_eager():
     assert len(ranges) == 2  # every length on the range of 16's arenas
     # The last backward's gradients are still views of its arena: the forward's is idle.
     assert sum(len(r.idle()) for r in ranges.values()) == 1
+
+
+def test_an_evaluation_over_many_lengths_runs_on_one_arena_as_eager():
+    """no_grad calls of a range's lengths (an evaluation loop over dynamic padding): each
+    matches eager, whichever length ran last on the arena, and all run on the range's one."""
+    torch.manual_seed(4)
+    model = Tokens().eval()
+    executors._RANGES.clear()
+    before = set(executors._EXECUTORS)
+    net = compiled(model, lanes=False)
+    with torch.no_grad():
+        for step, length in enumerate((16, 9, 12, 9, 5, 16, 7)):
+            g = torch.Generator().manual_seed(step)
+            tokens = torch.randint(0, 50, (4, length), generator=g)
+            keep = torch.arange(length)[None, :] < torch.tensor([length, 3, 2, 1])[:, None]
+            got, want = net(tokens, keep), model(tokens, keep)
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), length
+    calls = [e for k, e in executors._EXECUTORS.items() if k not in before]
+    assert len(calls) == 5  # a call signature per length
+    assert len({id(c.arena) for c in calls}) == 1

@@ -46,6 +46,9 @@ _POOLS: weakref.WeakValueDictionary[str, ExecutorPool] = weakref.WeakValueDictio
 # The arenas of each range plan's build (by its package's name), shared by the pools of every
 # call signature it runs (weak: a range's arenas live while a pool of it does).
 _SLOTS: weakref.WeakValueDictionary[str, ArenaSlots] = weakref.WeakValueDictionary()
+# The one arena of each range plan's inference build (by its package's name), shared by the
+# executors of every call signature it runs (weak: while one of them lives).
+_ARENAS: weakref.WeakValueDictionary[str, SharedArena] = weakref.WeakValueDictionary()
 # The way every lanes="measured" plan of the process runs (planner/torch/lane_choice.py).
 STEP_WAY = StepWay()
 # Every planned call, so that its executors are dropped before the interpreter's teardown
@@ -152,10 +155,25 @@ def _executor(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions
     key = _content_key(graph, consts, options)
     if shared and key in _EXECUTORS:
         return _EXECUTORS[key]
-    ex = _maker(graph, consts, options, examples)()
+    make = _maker(graph, consts, options, examples)
+    ex = _on_range_arena(make) if shared and make.range is not None else make()
     if shared:
         _EXECUTORS[key] = ex
     return ex
+
+
+def _on_range_arena(make: _Maker) -> ArenaCall:
+    """An executor of a range plan's inference call signature on the range's one arena (its
+    results are copies: calls take turns there, each with its own constants loaded)."""
+    arena = _ARENAS.get(make.range)
+    if arena is None:
+        ex = make()
+        arena = _ARENAS[make.range] = SharedArena(ex)
+    else:
+        ex = make(arena.owner)
+    call = ArenaCall(ex, arena, make.load)
+    arena.loaded = call  # (made with its constants)
+    return call
 
 
 def forget(*held: Any) -> None:
@@ -405,6 +423,35 @@ class ArenaSlots:
     def idle(self) -> tuple[_Slot, ...]:
         with self._lock:
             return tuple(self._idle)
+
+
+class SharedArena:
+    """The arena of a range plan's inference build: the executor that owns it, a lock (a call
+    and the loading of its constants before it are one turn), whose constants it holds."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.lock = ForkLock(reentrant=True)
+        self.loaded: Any = None
+
+
+class ArenaCall:
+    """An inference call signature's executor on its range's SharedArena: `forward` loads
+    its constants first where another signature ran there last; the rest is the
+    executor's."""
+
+    def __init__(self, ex: Any, arena: SharedArena, load: Callable[[Any], None]) -> None:
+        self.ex, self.arena, self._load = ex, arena, load
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.arena.lock:
+            if self.arena.loaded is not self:
+                self._load(self.ex)
+                self.arena.loaded = self
+            return self.ex.forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ex, name)
 
 
 class _Slot:
