@@ -141,6 +141,19 @@ class Program:
             {targets.get(k, k): t for k, t in self.tensors.items()})
 
 
+class Binding(dict):
+    """Each size symbol's value (symbol -> int), with what was evaluated at it so far: a
+    trace's size expressions repeat (a 2-layer encoder's record at one length evaluates 750
+    sizes of a few dozen distinct expressions), and each dim's data-dependent bounds, which
+    are the trace's and not the binding's (`_bounds`), shared by every binding of one trace
+    (`bounds`, keyed by the traced value's id: the trace holds it)."""
+
+    def __init__(self, values: Mapping[Any, int], bounds: dict[int, Any] | None = None) -> None:
+        super().__init__(values)
+        self.done: dict[tuple[type, Any], Any] = {}
+        self.bounds = {} if bounds is None else bounds
+
+
 class OutsideTrace(ValueError):
     """Concrete shapes a symbolic trace does not hold (a dimension it specialised, a guard
     torch recorded that they fail, a size outside its range): trace them as they are."""
@@ -401,7 +414,7 @@ def _sized(node: Any, binding: Mapping[Any, int], sizes: dict[str, Any]) -> bool
     return False
 
 
-def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
+def _evaluated(value: Any, binding: Mapping[Any, int] | None) -> Any:
     """A symbolic size (or a plain int) at the binding: an int (a bool, a float)."""
     import torch
 
@@ -420,10 +433,28 @@ def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
     return kind(done)
 
 
+def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
+    """A symbolic size (or a plain int) at the binding: an int (a bool, a float); each
+    expression evaluated once per Binding."""
+    done = getattr(binding, "done", None)
+    if done is None or not hasattr(value, "node"):
+        return _evaluated(value, binding)
+    key = (type(value), value.node.expr)
+    if key not in done:
+        done[key] = _evaluated(value, binding)
+    return done[key]
+
+
 def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Value | None:
     if val is None or not hasattr(val, "shape"):
         return None
-    bounds = _bounds(node, val, binding is not None)
+    memo = getattr(binding, "bounds", None)
+    if memo is None:
+        bounds = _bounds(node, val, binding is not None)
+    elif id(val) in memo:
+        bounds = memo[id(val)]
+    else:
+        bounds = memo[id(val)] = _bounds(node, val, True)
     if bounds:  # planned at the bound (planner/importers/torch/rules_bounded.py)
         binding = {**(binding or {}), **dict(bounds.values())}
     try:
