@@ -144,14 +144,15 @@ class Program:
 class Binding(dict):
     """Each size symbol's value (symbol -> int), with what was evaluated at it so far: a
     trace's size expressions repeat (a 2-layer encoder's record at one length evaluates 750
-    sizes of a few dozen distinct expressions), and each dim's data-dependent bounds, which
-    are the trace's and not the binding's (`_bounds`), shared by every binding of one trace
-    (`bounds`, keyed by the traced value's id: the trace holds it)."""
+    sizes of a few dozen distinct expressions); and what a record reads of the trace that no
+    binding changes (`kept`, shared by every binding of one trace, keyed by the traced
+    object's id: the trace holds it): each value's data-dependent dims (`_bounds`), each
+    call's target, module path and place in the source (`_call`)."""
 
-    def __init__(self, values: Mapping[Any, int], bounds: dict[int, Any] | None = None) -> None:
+    def __init__(self, values: Mapping[Any, int], kept: dict[int, Any] | None = None) -> None:
         super().__init__(values)
         self.done: dict[tuple[type, Any], Any] = {}
-        self.bounds = {} if bounds is None else bounds
+        self.kept = {} if kept is None else kept
 
 
 class OutsideTrace(ValueError):
@@ -243,13 +244,17 @@ def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
                 f"run time: reduce the selected values (sum, mean), or make the size fixed")
         return sizes[a.name] if a.name in sizes else Ref(a.name)
 
-    target = "getitem" if node.target is operator.getitem else str(node.target)
+    kept = getattr(binding, "kept", {})
+    if id(node) not in kept:
+        kept[id(node)] = ("getitem" if node.target is operator.getitem else str(node.target),
+                          module_path(node, root), location(node, root))
+    target, module, place = kept[id(node)]
     val = node.meta.get("val")
     out = tuple(_value(node, v, binding) for v in val) \
         if isinstance(val, (tuple, list)) else _value(node, val, binding)
     return Call(node.name, target, torch.fx.node.map_arg(tuple(node.args), arg),
                 dict(torch.fx.node.map_arg(dict(node.kwargs), arg)), out,
-                module_path(node, root), len(node.users), location(node, root))
+                module, len(node.users), place)
 
 
 # Ops torch.export threads on an effect token whose only effect is raising an error
@@ -448,7 +453,7 @@ def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
 def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Value | None:
     if val is None or not hasattr(val, "shape"):
         return None
-    memo = getattr(binding, "bounds", None)
+    memo = getattr(binding, "kept", None)
     if memo is None:
         bounds = _bounds(node, val, binding is not None)
     elif id(val) in memo:

@@ -35,7 +35,7 @@ class SymbolicTrace:
                  if hasattr(s.arg, "name")}
         self._inputs = [n for n in program.graph_module.graph.nodes
                         if n.op == "placeholder" and kinds.get(n.name) == InputKind.USER_INPUT]
-        self._bounds: dict[int, Any] = {}  # each value's data-dependent dims (record.Binding)
+        self._kept: dict[int, Any] = {}  # what no binding changes (record.Binding)
 
     def binding(self, args: Sequence[Any]) -> Binding:
         """Each size symbol's value at the shapes of `args` (the traced inputs, in order);
@@ -64,7 +64,7 @@ class SymbolicTrace:
             if value is not None and not (ranges.lower <= value <= ranges.upper):
                 raise OutsideTrace(f"size {symbol} = {value} outside the trace's range "
                                    f"[{ranges.lower}, {ranges.upper}]")
-        return Binding(binding, self._bounds)
+        return Binding(binding, self._kept)
 
     def at(self, args: Sequence[Any]) -> Program:
         """The program's record at the shapes of `args` (OutsideTrace: trace them apart)."""
