@@ -63,8 +63,8 @@ class Frame(NamedTuple):
 
 
 # Frames of the plans whose shapes were asked for last, by the plan's id (the plan held with
-# it, so the id is its own): a range plan's every new shape reads the same one (5 of its
-# 10 ms a length for a 2-layer encoder were these).
+# it, so the id is its own): a range plan's every new shape reads the same one (about 4 of
+# the 10 ms of CPU a new length spent here, for the text workload's encoder).
 _FRAMES: dict[int, tuple[Plan, Frame]] = {}
 FRAMES = 8
 
