@@ -159,19 +159,24 @@ def written(graph: Any) -> set[str]:
     return {t.updates for t in graph.tensors if t.updates is not None}
 
 
-def own_values(ranged: Built, graph: Any, exported: Mapping[str, np.ndarray]
+def own_values(ranged: Built, graph: Any, exported: Mapping[str, np.ndarray],
+               initial: Callable[[], Mapping[str, np.ndarray]] | None = None
                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """What a shape whose step graph is `graph`, run on the range plan `ranged`'s arena,
     holds there of its own (Built.own): the persistent tensors the step never writes whose
-    value at these shapes (`exported`: what its import starts from) differs from the range's
-    import's (a constant built from a length, of one shape at every length: a range keeps
-    every persistent tensor's shape); and the range's values of them, as its arena holds them
-    between calls. A frozen parameter or buffer imports alike at every shape: the run's."""
+    value at these shapes (`exported`: what its import starts from; `initial()`, asked only
+    where a tensor the range's import holds is not in `exported`, for the others: the graph's
+    init values) differs from the range's import's (a constant built from a length, of one
+    shape at every length: a range keeps every persistent tensor's shape); and the range's
+    values of them, as its arena holds them between calls. A frozen parameter or buffer
+    imports alike at every shape: the run's."""
     state = written(graph) | written(ranged.graph)
     theirs = ranged.imported.params()
-    names = [t.name for t in graph.tensors if t.role in PERSISTENT and t.name not in state
-             and t.name in exported and t.name in theirs
-             and not np.array_equal(exported[t.name], theirs[t.name])]
+    kept = [t.name for t in graph.tensors if t.role in PERSISTENT and t.name not in state
+            and t.name in theirs]
+    if initial is not None and any(n not in exported for n in kept):
+        exported = {**initial(), **exported}
+    names = [n for n in kept if n in exported and not np.array_equal(exported[n], theirs[n])]
     if not names:
         return {}, {}
     held = ranged.executor.params(copy=False)

@@ -771,6 +771,7 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
     from codegen.concrete import concrete_options
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
+    from planner.graph.validate import check_graph, checked_at_the_end
     from planner.pipeline.ranges import outside_range, step_at
 
     examples = tuple(_torch(v) for v in examples)
@@ -778,8 +779,12 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
     if traced is not None and shapes in traced:
         imported, step = traced[shapes]
     else:
-        imported = _imported_at(recipe, examples, traced, ranged.imported)
-        step = step_at(ranged.choices, prepare(imported.graph, recipe.graph_options))
+        # The range's graph went through the same import and passes, each checked; this
+        # shape's step graph is checked once, in full (checked_at_the_end).
+        with checked_at_the_end():
+            imported = _imported_at(recipe, examples, traced, ranged.imported)
+            step = step_at(ranged.choices, prepare(imported.graph, recipe.graph_options))
+        step = check_graph(step)
         if traced is not None:
             traced[shapes] = imported, step
             while len(traced) > TRACED:
@@ -793,7 +798,7 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
     # On the range's arena: the run's parameters and state are already there, in place.
     executor = _new_executor(ranged.package, recipe, arena_of=ranged.executor,
                              **concrete_options(ranged.plan, step))
-    own, restore = own_values(ranged, step, {**init_params(step), **imported.params()})
+    own, restore = own_values(ranged, step, imported.params(), lambda: init_params(step))
     stats = executor.stats()
     return Built(key=_key(imported, step, examples), imported=imported, graph=step,
                  plan=ranged.plan, package=ranged.package, executor=executor,
@@ -805,9 +810,11 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
 
 # The key under which a run's `traced` keeps its symbolic trace (None: torch could not make one).
 _SYMBOLIC = "symbolic"
-# Shapes traced as they are before the run traces its module once for every size: a symbolic
-# trace costs about three concrete ones (7 s against 2-2.5 s for a 2-layer encoder on the
-# loaded VM), and a run whose only other shape is its last batch never needs one.
+# Shapes traced as they are before the run traces its module once for every size, the range
+# plan's own included: a symbolic trace costs about three concrete ones (7 s against 2-2.5 s
+# for a 2-layer encoder on the loaded VM; 4.6 s against 1.35 s uncached for the text workload
+# of bench/first_step_loop.py), and a run whose only other shape is its last batch never needs
+# one; a run that declared its range and steps an example inside it has shown two.
 SYMBOLIC_AFTER = 2
 
 
@@ -820,7 +827,7 @@ def _imported_at(recipe: Recipe, examples: Sequence[Any], traced: dict[Any, Any]
     from planner.importers.torch.record import OutsideTrace
     from planner.importers.torch.specialize import named_like
 
-    if traced is None or (_SYMBOLIC not in traced and len(traced) < SYMBOLIC_AFTER):
+    if traced is None or (_SYMBOLIC not in traced and 1 + len(traced) < SYMBOLIC_AFTER):
         return _imported(recipe, examples)  # a shape or two more (a last batch): traced as is
     if _SYMBOLIC not in traced:
         traced[_SYMBOLIC] = _symbolic_trace(recipe, examples)

@@ -141,6 +141,20 @@ class Program:
             {targets.get(k, k): t for k, t in self.tensors.items()})
 
 
+class Binding(dict):
+    """Each size symbol's value (symbol -> int), with what was evaluated at it so far: a
+    trace's size expressions repeat (a 2-layer encoder's record at one length evaluates 750
+    sizes of a few dozen distinct expressions); and what a record reads of the trace that no
+    binding changes (`kept`, shared by every binding of one trace, keyed by the traced
+    object's id: the trace holds it): each value's data-dependent dims (`_bounds`), each
+    call's target, module path and place in the source (`_call`)."""
+
+    def __init__(self, values: Mapping[Any, int], kept: dict[int, Any] | None = None) -> None:
+        super().__init__(values)
+        self.done: dict[tuple[type, Any], Any] = {}
+        self.kept = {} if kept is None else kept
+
+
 class OutsideTrace(ValueError):
     """Concrete shapes a symbolic trace does not hold (a dimension it specialised, a guard
     torch recorded that they fail, a size outside its range): trace them as they are."""
@@ -230,13 +244,17 @@ def _call(node: Any, root: str, binding: Mapping[Any, int] | None,
                 f"run time: reduce the selected values (sum, mean), or make the size fixed")
         return sizes[a.name] if a.name in sizes else Ref(a.name)
 
-    target = "getitem" if node.target is operator.getitem else str(node.target)
+    kept = getattr(binding, "kept", {})
+    if id(node) not in kept:
+        kept[id(node)] = ("getitem" if node.target is operator.getitem else str(node.target),
+                          module_path(node, root), location(node, root))
+    target, module, place = kept[id(node)]
     val = node.meta.get("val")
     out = tuple(_value(node, v, binding) for v in val) \
         if isinstance(val, (tuple, list)) else _value(node, val, binding)
     return Call(node.name, target, torch.fx.node.map_arg(tuple(node.args), arg),
                 dict(torch.fx.node.map_arg(dict(node.kwargs), arg)), out,
-                module_path(node, root), len(node.users), location(node, root))
+                module, len(node.users), place)
 
 
 # Ops torch.export threads on an effect token whose only effect is raising an error
@@ -401,7 +419,7 @@ def _sized(node: Any, binding: Mapping[Any, int], sizes: dict[str, Any]) -> bool
     return False
 
 
-def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
+def _evaluated(value: Any, binding: Mapping[Any, int] | None) -> Any:
     """A symbolic size (or a plain int) at the binding: an int (a bool, a float)."""
     import torch
 
@@ -420,10 +438,28 @@ def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
     return kind(done)
 
 
+def _at(value: Any, binding: Mapping[Any, int] | None) -> Any:
+    """A symbolic size (or a plain int) at the binding: an int (a bool, a float); each
+    expression evaluated once per Binding."""
+    done = getattr(binding, "done", None)
+    if done is None or not hasattr(value, "node"):
+        return _evaluated(value, binding)
+    key = (type(value), value.node.expr)
+    if key not in done:
+        done[key] = _evaluated(value, binding)
+    return done[key]
+
+
 def _value(node: Any, val: Any, binding: Mapping[Any, int] | None = None) -> Value | None:
     if val is None or not hasattr(val, "shape"):
         return None
-    bounds = _bounds(node, val, binding is not None)
+    memo = getattr(binding, "kept", None)
+    if memo is None:
+        bounds = _bounds(node, val, binding is not None)
+    elif id(val) in memo:
+        bounds = memo[id(val)]
+    else:
+        bounds = memo[id(val)] = _bounds(node, val, True)
     if bounds:  # planned at the bound (planner/importers/torch/rules_bounded.py)
         binding = {**(binding or {}), **dict(bounds.values())}
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from planner.importers.torch.record import OutsideTrace, Program, from_exported
+from planner.importers.torch.record import Binding, OutsideTrace, Program, from_exported
 
 if TYPE_CHECKING:
     from planner.importers.torch.convert import TorchImport
@@ -35,8 +35,9 @@ class SymbolicTrace:
                  if hasattr(s.arg, "name")}
         self._inputs = [n for n in program.graph_module.graph.nodes
                         if n.op == "placeholder" and kinds.get(n.name) == InputKind.USER_INPUT]
+        self._kept: dict[int, Any] = {}  # what no binding changes (record.Binding)
 
-    def binding(self, args: Sequence[Any]) -> dict[Any, int]:
+    def binding(self, args: Sequence[Any]) -> Binding:
         """Each size symbol's value at the shapes of `args` (the traced inputs, in order);
         OutsideTrace where they are not a size of the trace."""
         import sympy
@@ -63,7 +64,7 @@ class SymbolicTrace:
             if value is not None and not (ranges.lower <= value <= ranges.upper):
                 raise OutsideTrace(f"size {symbol} = {value} outside the trace's range "
                                    f"[{ranges.lower}, {ranges.upper}]")
-        return binding
+        return Binding(binding, self._kept)
 
     def at(self, args: Sequence[Any]) -> Program:
         """The program's record at the shapes of `args` (OutsideTrace: trace them apart)."""
