@@ -73,6 +73,17 @@ def checked_at_the_end() -> Iterator[None]:
         _AT_THE_END.reset(token)
 
 
+@contextmanager
+def checked_each_pass() -> Iterator[None]:
+    """Within it, `check_graph` checks as usual, inside a `checked_at_the_end` too: for that
+    caller's one check in full, and for planning it does not cover."""
+    token = _AT_THE_END.set(False)
+    try:
+        yield
+    finally:
+        _AT_THE_END.reset(token)
+
+
 def check_graph(graph: Graph) -> Graph:
     """Raise GraphError on the first broken rule; return the graph unchanged otherwise.
 

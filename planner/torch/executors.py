@@ -209,23 +209,28 @@ def _maker(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions,
     from planner.frontend.options import GraphOptions
     from planner.frontend.prepare import prepare
     from planner.graph import init_params
+    from planner.graph.validate import check_graph, checked_each_pass
     from planner.target.presets import load_target
     from planner.torch.training import _check_runs_here
 
     prepared = prepare(graph, GraphOptions())
     within = _in_range(prepared, options)  # (its target checked when it was planned)
-    if within is None:
-        target = load_target(options.target)
-        _check_runs_here(target)
-        stale = _measured_range(prepared, options)
-        if stale is not None:  # its measurements are in: planned again, at its largest
-            _planned_here(stale.prepared, options, _widened(examples, stale.prepared), target)
-            within = _in_range(prepared, options)
-    if within is not None:  # a smaller shape of a graph planned before: its build, no plan
-        name, package, step, concrete = within
-    else:
-        name, package, step = _planned_here(prepared, options, examples, target)
-        concrete = {}
+    with checked_each_pass():  # (once in full what a caller's checked_at_the_end did not)
+        if within is None:
+            prepared = check_graph(prepared)
+            target = load_target(options.target)
+            _check_runs_here(target)
+            stale = _measured_range(prepared, options)
+            if stale is not None:  # its measurements are in: planned again, at its largest
+                _planned_here(stale.prepared, options, _widened(examples, stale.prepared),
+                              target)
+                within = _in_range(prepared, options)
+        if within is not None:  # a smaller shape of a graph planned before: its build
+            name, package, step, concrete = within
+            check_graph(step)
+        else:
+            name, package, step = _planned_here(prepared, options, examples, target)
+            concrete = {}
     held = [t for t in step.by_role("param", "state") if t.updates is None]
     start = init_params(step)
     values = {t.name: consts.get(t.name, start.get(t.name)) for t in held}

@@ -39,6 +39,7 @@ options fallback=False.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 from collections import OrderedDict
@@ -143,11 +144,16 @@ class Piece:
                  imported: Any = None) -> Any:
         from planner.errors import PlanError, UserError
         from planner.frontend.autodiff import AutodiffError
+        from planner.graph.validate import checked_at_the_end
 
         try:
-            if imported is not None:  # planned again: the call's import as it was
-                return _planned_calls(imported, args, needs, self.name, self.options)
-            return _plan(self.gm, args, needs, self.name, self.options)
+            # A later call signature of this graph: its import, gradient and passes are those
+            # already checked at the first signature's shapes, and the step graph a call
+            # runs is checked once, in full (planner/torch/executors.py's _maker).
+            with checked_at_the_end() if self.runs else contextlib.nullcontext():
+                if imported is not None:  # planned again: the call's import as it was
+                    return _planned_calls(imported, args, needs, self.name, self.options)
+                return _plan(self.gm, args, needs, self.name, self.options)
         except (TorchImportError, AutodiffError, UserError, PlanError, ValueError) as e:
             if not self.options.fallback:
                 raise
