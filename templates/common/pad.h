@@ -16,7 +16,7 @@ enum PadMode : int { kConstant = 0, kReflect = 1, kEdge = 2 };
 struct PadAttrs {
   std::vector<int64_t> before, after;  // per axis of `small`
   PadMode mode;
-  float value;
+  double value;  // (a float64 pad's constant: a float32 one takes it rounded)
 };
 
 inline PadAttrs pad_attrs(const Attrs& attrs, const Shape& small, const Shape& big) {
@@ -30,7 +30,7 @@ inline PadAttrs pad_attrs(const Attrs& attrs, const Shape& small, const Shape& b
   else if (mode == "reflect") p.mode = kReflect;
   else if (mode == "edge") p.mode = kEdge;
   else throw std::runtime_error("Pad: unknown mode " + mode);
-  p.value = attrs.has("value") ? static_cast<float>(attrs.f("value")) : 0.f;
+  p.value = attrs.has("value") ? attrs.f("value") : 0.0;
   for (size_t a = 0; a < rank; ++a) {
     p.before.push_back(pads[a]);
     p.after.push_back(pads[rank + a]);

@@ -1,6 +1,7 @@
 // Broadcasting ops as plain OpenMP loops, row by row over the output (see Broadcast in
 // loops.h): Pow, Max, Min (NaN propagates, as numpy's maximum/minimum; oneDNN's binary max
-// drops it), MaxGrad, MinGrad (torch's tie rule), Where (a bool, float32, int64 or int32
+// drops it), MaxGrad, MinGrad (torch's tie rule; these five in float64 too: the same loops on
+// doubles, torch's formulas, so float64 matrix_rank and float_power run), Where (a bool, float32, int64 or int32
 // condition; branches of those or int16, int8, uint8), PRelu and PReluGrad.
 #include <omp.h>
 
@@ -12,24 +13,24 @@
 namespace planner {
 namespace {
 
-// y = f(a, b), numpy broadcasting, float32.
-template <class F>
+// y = f(a, b), numpy broadcasting, float32 (T = double: every tensor float64).
+template <class F, class T = float>
 class Binary : public Kernel {
  public:
   Binary(const Node& n, F f)
       : a_(n.in[0].id), b_(n.in[1].id), y_(n.out[0].id), bc_(n.out[0].shape, shapes_of(n.in)), f_(f) {
-    require_f32(n);
+    if constexpr (sizeof(T) == sizeof(float)) require_f32(n);
   }
   void run(const Run& r) override {
-    const float* a = r.at<float>(a_);
-    const float* b = r.at<float>(b_);
-    float* y = r.at<float>(y_);
+    const T* a = r.at<T>(a_);
+    const T* b = r.at<T>(b_);
+    T* y = r.at<T>(y_);
     const int64_t inner = bc_.inner(), sa = bc_.step(0), sb = bc_.step(1);
 #pragma omp parallel for
     for (int64_t row = 0; row < bc_.rows(); ++row) {
-      const float* pa = a + bc_.offset(0, row);
-      const float* pb = b + bc_.offset(1, row);
-      float* py = y + row * inner;
+      const T* pa = a + bc_.offset(0, row);
+      const T* pb = b + bc_.offset(1, row);
+      T* py = y + row * inner;
       for (int64_t i = 0; i < inner; ++i) py[i] = f_(pa[i * sa], pb[i * sb]);
     }
   }
@@ -42,44 +43,56 @@ class Binary : public Kernel {
 
 template <class F> KernelPtr binary(const Node& n, F f) { return std::make_unique<Binary<F>>(n, f); }
 
-KernelPtr pow_(const Node& n) { return binary(n, [](float a, float b) { return std::pow(a, b); }); }
+// f in T's precision: float64 where every tensor of the node is, else float32.
+template <template <class> class Fn>
+KernelPtr binary_of(const Node& n) {
+  if (all_f64(n)) return std::make_unique<Binary<Fn<double>, double>>(n, Fn<double>{});
+  return binary(n, Fn<float>{});
+}
+
+template <class T> struct PowOf { T operator()(T a, T b) const { return std::pow(a, b); } };
+template <class T> struct MaxOf { T operator()(T a, T b) const { return a != a || a > b ? a : b; } };
+template <class T> struct MinOf { T operator()(T a, T b) const { return a != a || a < b ? a : b; } };
+
+KernelPtr pow_(const Node& n) { return binary_of<PowOf>(n); }
 KernelPtr max_(const Node& n) {
   if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Max);
-  return binary(n, [](float a, float b) { return a != a || a > b ? a : b; });
+  return binary_of<MaxOf>(n);
 }
 KernelPtr min_(const Node& n) {
   if (is_integer(n.in[0].dtype)) return int_elementwise(n, IntOp::Min);
-  return binary(n, [](float a, float b) { return a != a || a < b ? a : b; });
+  return binary_of<MinOf>(n);
 }
 
 // [dy, a, b] -> [da, db] in dy's shape: dy to the winner, half to each on a tie; a NaN compares
-// neither way, so both get dy (torch.maximum's backward).
+// neither way, so both get dy (torch.maximum's backward). T = double: every tensor float64.
+template <class T>
 class Extremum : public Kernel {
  public:
   Extremum(const Node& n, bool larger)
       : dy_(n.in[0].id), a_(n.in[1].id), b_(n.in[2].id), da_(n.out[0].id), db_(n.out[1].id),
         larger_(larger), bc_(n.out[0].shape, shapes_of(n.in)) {
-    require_f32(n);
+    if constexpr (sizeof(T) == sizeof(float)) require_f32(n);
   }
   void run(const Run& r) override {
-    const float* dy = r.at<float>(dy_);
-    const float* a = r.at<float>(a_);
-    const float* b = r.at<float>(b_);
-    float* da = r.at<float>(da_);
-    float* db = r.at<float>(db_);
+    const T* dy = r.at<T>(dy_);
+    const T* a = r.at<T>(a_);
+    const T* b = r.at<T>(b_);
+    T* da = r.at<T>(da_);
+    T* db = r.at<T>(db_);
     const int64_t inner = bc_.inner(), sa = bc_.step(1), sb = bc_.step(2);
     const bool larger = larger_;
 #pragma omp parallel for
     for (int64_t row = 0; row < bc_.rows(); ++row) {
-      const float* pa = a + bc_.offset(1, row);
-      const float* pb = b + bc_.offset(2, row);
+      const T* pa = a + bc_.offset(1, row);
+      const T* pb = b + bc_.offset(2, row);
       const int64_t o = row * inner;
       for (int64_t i = 0; i < inner; ++i) {
-        const float x = pa[i * sa], z = pb[i * sb], g = dy[o + i];
-        const float shared = x == z ? g / 2.f : g;
+        const T x = pa[i * sa], z = pb[i * sb], g = dy[o + i];
+        const T shared = x == z ? g / T(2) : g;
         const bool a_loses = larger ? x < z : x > z, b_loses = larger ? x > z : x < z;
-        da[o + i] = a_loses ? 0.f : shared;
-        db[o + i] = b_loses ? 0.f : shared;
+        da[o + i] = a_loses ? T(0) : shared;
+        db[o + i] = b_loses ? T(0) : shared;
       }
     }
   }
@@ -90,8 +103,12 @@ class Extremum : public Kernel {
   Broadcast bc_;
 };
 
-KernelPtr max_grad(const Node& n) { return std::make_unique<Extremum>(n, true); }
-KernelPtr min_grad(const Node& n) { return std::make_unique<Extremum>(n, false); }
+KernelPtr extremum_grad(const Node& n, bool larger) {
+  if (all_f64(n)) return std::make_unique<Extremum<double>>(n, larger);
+  return std::make_unique<Extremum<float>>(n, larger);
+}
+KernelPtr max_grad(const Node& n) { return extremum_grad(n, true); }
+KernelPtr min_grad(const Node& n) { return extremum_grad(n, false); }
 
 // y = a where cond != 0 else b; T is the condition's element type, V the branches'.
 template <class T, class V>
@@ -193,11 +210,11 @@ KernelPtr prelu_grad(const Node& n) { return std::make_unique<PReluGrad>(n); }
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(broadcast) {
-  r["Pow"] = pow_;
-  r["Max"] = {max_, "float32|int64|int32|int16|int8|uint8"};
-  r["Min"] = {min_, "float32|int64|int32|int16|int8|uint8"};
-  r["MaxGrad"] = max_grad;
-  r["MinGrad"] = min_grad;
+  r["Pow"] = {pow_, "float32|float64"};
+  r["Max"] = {max_, "float32|float64|int64|int32|int16|int8|uint8"};
+  r["Min"] = {min_, "float32|float64|int64|int32|int16|int8|uint8"};
+  r["MaxGrad"] = {max_grad, "float32|float64"};
+  r["MinGrad"] = {min_grad, "float32|float64"};
   r["Where"] = {where, "bool|bool,float32|bool,int64|bool,int32|bool,int16|bool,int8|bool,uint8|float32|float32,int64|float32,int32|float32,int16|float32,int8|float32,uint8|int64|int32,int64|int16,int64|int64,int8|int64,uint8|int32|int16,int32|int32,int8|int32,uint8"};
   r["PRelu"] = prelu;
   r["PReluGrad"] = prelu_grad;

@@ -4,6 +4,7 @@
 //   Pad      out = in[src] (or value), rows in parallel
 //   PadGrad  dx = 0, then dx[src] += dy for every copied element: serial, since reflect and
 //            edge copy one input element to several outputs (a rarely large op)
+// float32, and float64 where both tensors are (the same loops on doubles).
 #include <omp.h>
 
 #include <cstring>
@@ -29,15 +30,16 @@ std::vector<int64_t> source_table(int64_t n, int64_t before, int64_t after, PadM
   return src;
 }
 
+template <class T>
 class Pad : public Kernel {
  public:
   Pad(const Node& n, bool grad)
       : grad_(grad), in_(n.in[0].id), out_(n.out[0].id) {
-    require_f32(n);
+    if constexpr (sizeof(T) == sizeof(float)) require_f32(n);
     small_ = grad ? n.out[0].shape : n.in[0].shape;
     big_ = grad ? n.in[0].shape : n.out[0].shape;
     PadAttrs p = pad_attrs(n.attrs, small_, big_);  // common/pad.h
-    value_ = p.value;
+    value_ = static_cast<T>(p.value);
     if (small_.empty()) {  // a scalar: one element, nothing padded
       small_ = big_ = {1};
       p.before = p.after = {0};
@@ -52,9 +54,9 @@ class Pad : public Kernel {
   }
   void run(const Run& r) override {
     if (grad_) {
-      scatter(r.at<float>(in_), r.at<float>(out_));
+      scatter(r.at<T>(in_), r.at<T>(out_));
     } else {
-      gather(r.at<float>(in_), r.at<float>(out_));
+      gather(r.at<T>(in_), r.at<T>(out_));
     }
   }
 
@@ -71,23 +73,23 @@ class Pad : public Kernel {
     }
     return constant ? -1 : off;
   }
-  void gather(const float* x, float* y) const {
+  void gather(const T* x, T* y) const {
     const std::vector<int64_t>& last = table_.back();
     const int64_t inner = inner_;
 #pragma omp parallel for
     for (int64_t row = 0; row < rows_; ++row) {
       const int64_t b = base(row);
-      float* py = y + row * inner;
+      T* py = y + row * inner;
       for (int64_t i = 0; i < inner; ++i) py[i] = b < 0 || last[i] < 0 ? value_ : x[b + last[i]];
     }
   }
-  void scatter(const float* dy, float* dx) const {
-    std::memset(dx, 0, sizeof(float) * numel(small_));
+  void scatter(const T* dy, T* dx) const {
+    std::memset(dx, 0, sizeof(T) * numel(small_));
     const std::vector<int64_t>& last = table_.back();
     for (int64_t row = 0; row < rows_; ++row) {
       const int64_t b = base(row);
       if (b < 0) continue;
-      const float* p = dy + row * inner_;
+      const T* p = dy + row * inner_;
       for (int64_t i = 0; i < inner_; ++i)
         if (last[i] >= 0) dx[b + last[i]] += p[i];
     }
@@ -98,17 +100,21 @@ class Pad : public Kernel {
   Shape small_, big_, strides_;
   std::vector<std::vector<int64_t>> table_;
   int64_t inner_ = 1, rows_ = 0;
-  float value_ = 0.f;
+  T value_ = 0;
 };
 
-KernelPtr pad(const Node& n) { return std::make_unique<Pad>(n, false); }
-KernelPtr pad_grad(const Node& n) { return std::make_unique<Pad>(n, true); }
+KernelPtr pad_of(const Node& n, bool grad) {
+  if (all_f64(n)) return std::make_unique<Pad<double>>(n, grad);
+  return std::make_unique<Pad<float>>(n, grad);
+}
+KernelPtr pad(const Node& n) { return pad_of(n, false); }
+KernelPtr pad_grad(const Node& n) { return pad_of(n, true); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(pad) {
-  r["Pad"] = pad;
-  r["PadGrad"] = pad_grad;
+  r["Pad"] = {pad, "float32|float64"};
+  r["PadGrad"] = {pad_grad, "float32|float64"};
 }
 
 }  // namespace planner

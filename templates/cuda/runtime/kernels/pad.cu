@@ -130,7 +130,7 @@ class Pad : public Kernel {
     const size_t rank = small.size();
     const PadAttrs p = pad_attrs(n.attrs, small, big);  // common/pad.h
     g_.mode = p.mode;
-    g_.value = p.value;
+    g_.value = static_cast<float>(p.value);
     // Merge runs of unpadded axes (one axis of their product); keep at least one axis.
     int r = 0;
     for (size_t a = 0; a < rank; ++a) {
