@@ -167,3 +167,34 @@ def test_an_evaluation_over_many_lengths_runs_on_one_arena_as_eager():
     calls = [e for k, e in executors._EXECUTORS.items() if k not in before]
     assert len(calls) == 5  # a call signature per length
     assert len({id(c.arena) for c in calls}) == 1
+
+
+def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum():
+    """`torch._dynamo.mark_dynamic(x, 1, max=24)` before the first call: that call plans the
+    range up to 24 at once, and every later length runs in it (nothing more planned), each as
+    eager."""
+    torch.manual_seed(5)
+    model = Tokens()
+    ref = copy.deepcopy(model)
+    executors._PACKAGES.clear()
+    executors._RANGES.clear()
+    net = compiled(model, lanes=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step, length in enumerate((9, 16, 12, 23, 5, 24)):
+        g = torch.Generator().manual_seed(step)
+        tokens = torch.randint(0, 50, (4, length), generator=g)
+        keep = torch.arange(length)[None, :] < torch.tensor([length, 4, 3, 2])[:, None]
+        for t in (tokens, keep):
+            torch._dynamo.mark_dynamic(t, 1, min=2, max=24)
+        y = torch.randint(0, 3, (4,), generator=g)
+        for m, o in ((net, opt), (ref, ref_opt)):
+            o.zero_grad()
+            F.cross_entropy(m(tokens, keep), y).backward()
+            o.step()
+        assert_same_state(model, ref)
+        if step == 0:
+            first = planned()
+    assert planned() == first, "every later length in the range of 24"
+    assert first == 2  # the forward and backward, at the declared 24
+    assert any((4, 24) in r.largest for rs in executors._RANGES.values() for r in rs)

@@ -163,6 +163,29 @@ def _size_sources(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]
     return sources or None
 
 
+def declared_sizes(args: Sequence[Any]) -> dict[int, tuple[int, ...]]:
+    """Each tensor argument whose dimensions the user bounded
+    (`torch._dynamo.mark_dynamic(x, dim, max=N)`, which Dynamo keeps on the tensor it hands
+    the backend), at its largest: the declared maximum where there is one past its size in
+    this call, its size elsewhere. (Not Dynamo's value ranges of the symbols: its guards
+    narrow those too.)"""
+    import torch
+
+    out = {}
+    for k, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            continue
+        sizes = list(a.shape)
+        for declared in getattr(a, "_dynamo_dynamic_range", ()) or ():
+            top, d = getattr(declared, "max", None), getattr(declared, "dim", None)
+            if isinstance(top, int) and isinstance(d, int) and 0 <= d < len(sizes) \
+                    and top > sizes[d]:
+                sizes[d] = top
+        if tuple(sizes) != tuple(a.shape):
+            out[k] = tuple(sizes)
+    return out
+
+
 def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
                     sources: dict[int, tuple[int, int]]) -> Any:
     """`gm` traced once with every tensor dimension left to torch (Dim.AUTO), each size

@@ -228,7 +228,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
           options: BackendOptions) -> Any:
     import torch
 
-    from planner.torch.dynamo_import import check_custom_backwards, import_piece
+    from planner.torch.dynamo_import import check_custom_backwards, declared_sizes, import_piece
 
     for a in args:
         if isinstance(a, torch.Tensor) and a.device != torch.device("cpu"):
@@ -243,13 +243,16 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     if needs is not None:
         check_custom_backwards(gm)
     piece = _named_as_before(import_piece(gm, args, name))
-    grown = _grown_args(piece, args)
+    declared = declared_sizes(args)
+    grown = _grown_args(piece, args, declared)
     if grown is not None:  # shapes vary past those planned: the next range, planned once
         import sys
 
         shapes = ", ".join(str(list(a.shape)) for a in grown if isinstance(a, torch.Tensor))
-        print(f"planner: graph {name} is called with shapes past those planned: planning its "
-              f"range up to {shapes} once", file=sys.stderr, flush=True)
+        why = ("sizes declared by mark_dynamic" if declared
+               else "called with shapes past those planned")
+        print(f"planner: graph {name} ({why}): planning its range up to {shapes} once",
+              file=sys.stderr, flush=True)
         try:  # kept as the range's plans and builds; its executors are let go
             ranged = _planned_calls(_named_as_before(import_piece(gm, grown, name)), grown,
                                     needs, name, options)
@@ -320,15 +323,18 @@ def _tell_churn(piece: Any, key: str, shapes: dict[str, tuple[int, ...]]) -> Non
         warnings.warn(f"graph {piece.graph.name}: called with {CHURN} distinct input shapes so "
                       f"far (largest {said}); each runs in a range plan, and a size past them "
                       f"plans the next power of two once: call it first with the largest "
-                      f"shapes it will see, and one range holds them all", ShapeChurn,
+                      f"shapes it will see (or torch._dynamo.mark_dynamic(x, dim, max=N) "
+                      f"its inputs), and one range holds them all", ShapeChurn,
                       stacklevel=2)
 
 
-def _grown_args(piece: Any, args: Sequence[Any]) -> list[Any] | None:
+def _grown_args(piece: Any, args: Sequence[Any], declared: dict[int, tuple[int, ...]]
+                ) -> list[Any] | None:
     """`args` at the next range's shapes when some tensor is larger than every earlier call of
-    a piece graph of this structure had it (its values repeated to the new sizes; a size
-    argument Dynamo passes for a dynamic dimension set to match), else None; the largest
-    shapes recorded either way."""
+    a piece graph of this structure had it, or at the sizes the user declared (`declared`,
+    dynamo_import.declared_sizes: mark_dynamic's max) on its first call (its values repeated
+    to the new sizes; a size argument Dynamo passes for a dynamic dimension set to match), else
+    None; the largest shapes recorded either way."""
     import numpy as np
     import torch
 
@@ -337,16 +343,29 @@ def _grown_args(piece: Any, args: Sequence[Any]) -> list[Any] | None:
 
     shapes = {n: tuple(a.shape) for n, a in zip(piece.inputs, args, strict=True)
               if n and isinstance(a, torch.Tensor)}
+    bounds = {piece.inputs[k]: s for k, s in declared.items() if piece.inputs[k] in shapes}
     key = _structure(piece.graph, None)
     seen = _LARGEST.setdefault(key, shapes)
     _tell_churn(piece, key, shapes)
     names = sorted(shapes)
-    if set(seen) != set(shapes) or seen is shapes:
+    if set(seen) != set(shapes):
         return None
-    grown = grown_key([tuple(seen[n] for n in names)], tuple(shapes[n] for n in names))
+    # What the user declared, where it is past what was planned: planned at once.
+    wanted = {n: tuple(max(b, d) for b, d in zip(bounds.get(n, seen[n]), seen[n], strict=True))
+              for n in names}
+    if bounds and (seen is shapes or any(wanted[n] != seen[n] for n in names)):
+        grown = tuple(wanted[n] for n in names)
+    elif seen is shapes:
+        return None
+    else:
+        grown = grown_key([tuple(seen[n] for n in names)], tuple(shapes[n] for n in names))
+        if grown is not None and bounds:  # no further than declared (where it holds the call)
+            grown = tuple(tuple(min(g, b) if s <= b else g for g, b, s in zip(
+                grown[i], bounds.get(n, grown[i]), shapes[n], strict=True))
+                for i, n in enumerate(names))
     seen.update({n: tuple(max(a, b) for a, b in zip(seen[n], shapes[n], strict=True))
                  for n in names})
-    if grown is None:
+    if grown is None or grown == tuple(seen[n] for n in names) and seen is not shapes:
         return None
     to = dict(zip(names, grown, strict=True))
     seen.update(to)
@@ -354,7 +373,7 @@ def _grown_args(piece: Any, args: Sequence[Any]) -> list[Any] | None:
              if new != old}
     out = []
     for n, a in zip(piece.inputs, args, strict=True):
-        if n and isinstance(a, torch.Tensor):
+        if n and isinstance(a, torch.Tensor) and tuple(a.shape) != to[n]:
             wide = np.pad(a.detach().numpy(), [(0, t - d) for d, t in zip(a.shape, to[n],
                                                                           strict=True)],
                           mode="wrap")
