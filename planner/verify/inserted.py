@@ -63,10 +63,9 @@ def inserted_op_problems(plan: dict[str, Any]) -> list[str]:
 
 
 def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int],
-                 buffers: dict[str, Any], order: dict[str, Any],
-                 again: dict[str, str]) -> list[str]:
-    name, kind = m.get("name"), m.get("kind")
-    label = f"added op {name!r}"
+                 buffers: dict[str, Any], order: dict[str, Any], again: dict[str, str]
+                 ) -> list[str]:
+    name, kind, label = m.get("name"), m.get("kind"), f"added op {m.get('name')!r}"
     ins, outs = list(m.get("inputs") or []), list(m.get("outputs") or [])
     out = [f"{label} {verb} buffer {b!r}, which the plan does not have"
            for verb, bs in (("reads", ins), ("writes", outs)) for b in bs if b not in buffers]
