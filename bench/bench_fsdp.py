@@ -19,8 +19,9 @@ prefetch (one block ahead) and reshard-after-forward. Each process runs on 1/P o
 graph (`planner profile --in-step --max-threads cores/P`; `--analytical`: without one), so each
 kernel's scratch area is what oneDNN asked for here rather than the analytical bound, which for
 a GEMM is two copies of its operands (the GPT's head weight-gradient GEMM: 1.75 MiB reserved,
-256 KiB asked for). Ours: zero3r (ZeRO-3 under --memory-budget 80% of zero3d's planned
-arena, met by recomputing activations as well as by the decisions below, without offloads;
+256 KiB asked for). Ours: zero3r (ZeRO-3 under --memory-budget 75% of zero3d's planned
+arena, met by recomputing activations, matrix products' outputs too (MemoryOptions'
+recompute_products), as well as by the decisions below, without offloads;
 where the planner refuses that, the least whole percent above it that it meets), zero3
 (ZeRO-3 under --memory-budget 97% of zero3d's planned arena:
 the bucket size, prefetch depths and freed forward copies the planner chooses to fit it,
@@ -83,7 +84,7 @@ ZERO3_BUDGET = 97
 # zero3r's --memory-budget, in percent of zero3d's planned arena: the budget search recomputes
 # activations (planner.memory.cpu_budget, with the collectives on their comm lane); where the
 # planner refuses it, the least whole percent above that it meets.
-ZERO3R_BUDGET = 80
+ZERO3R_BUDGET = 75
 
 
 def forward(model: str, ranks: int):
@@ -149,9 +150,11 @@ def _planned(kind: str, model: str, ranks: int, small_bucket: int, costs=None,
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # A CPU's host store is the same memory (no slower tier): zero3r recomputes only.
+        # A CPU's host store is the same memory (no slower tier): zero3r recomputes only,
+        # the matrix products too (our step is far faster than FSDP2's).
         return plan(training_graph(model, ranks), detect(), costs, options=PlanOptions(
-            memory=MemoryOptions(budget_bytes=budget, offload=kind != "zero3r"),
+            memory=MemoryOptions(budget_bytes=budget, offload=kind != "zero3r",
+                                 recompute_products=kind == "zero3r"),
             data_parallel=DataParallelOptions(
                 ranks=ranks, ranks_per_host=ranks, shard_optimizer=kind == "zero1",
                 shard_parameters=kind.startswith("zero3"),

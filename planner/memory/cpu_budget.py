@@ -139,7 +139,8 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
     """cpu_budget_solve in one of ORDERS."""
     placed_on = {o.name: o for o in schedule.ops}
     steps = cpu_steps(graph, schedule, moved_up=order == "stream")
-    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
+    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute,
+                    options.recompute_products)
     # A copy to the host store is a memcpy on one core; it takes that core (not overlapped).
     state = State(stash, model.target.cpu.core_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", overlapped=False)

@@ -201,14 +201,15 @@ def tensor_uses(steps: ComputeSteps,
     return uses
 
 
-def _recomputable(graph: Graph, node: Node, output: str) -> bool:
-    # Ops as costly as the pass itself keep their outputs as checkpoints; ops that write
+def _recomputable(graph: Graph, node: Node, output: str, products: bool = False) -> bool:
+    # Ops as costly as the pass itself keep their outputs as checkpoints (unless `products`:
+    # MemoryOptions.recompute_products); ops that write
     # persistent state in place or fill constants never run twice (planner.ops:
     # OpDef.recompute), unless their recompute reads kept outputs in place of that state
     # (OpDef.recompute_reads: a training BatchNorm, whose y alone is recomputed, the running
     # statistics it writes again going to scratch).
     op = get_op(node.op)
-    if op.recompute != "cheap":
+    if op.recompute not in (("cheap", "expensive") if products else ("cheap",)):
         return False
     if op.recompute_reads is None:
         return all(graph.tensor(o).updates is None for o in node.outputs)
@@ -221,7 +222,7 @@ def _recomputable(graph: Graph, node: Node, output: str) -> bool:
 
 def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[str, TensorUse],
                stashed: frozenset[str], resolved: dict[str, bool],
-               standin: dict[str, str]) -> bool:
+               standin: dict[str, str], products: bool = False) -> bool:
     """Whether t can be recomputed from values that are kept, through cheap ops (memoised in
     `resolved`); a value with a stand-in (`standin`: ZeRO-3's forward copy of a parameter ->
     the copy gathered again for backward) is read as that one. A function of the module,
@@ -233,7 +234,7 @@ def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[st
     u = uses.get(t)
     ok = (u is not None and u.writer >= 0 and phase[u.writer] == "forward"
           and not u.output and t not in stack
-          and _recomputable(graph, steps.nodes[u.writer], t)
+          and _recomputable(graph, steps.nodes[u.writer], t, products)
           and not (t in stashed and len(u.forward_reads) > 1))
     if ok:
         node = steps.nodes[u.writer]
@@ -244,16 +245,18 @@ def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[st
             if not get_op(node.op).recompute_reads_input(k):
                 continue  # not read again (BatchNorm: its saved statistics instead)
             if role in PERSISTENT_ROLES or not _droppable(i, stack | {t}, steps, uses, stashed,
-                                                          resolved, standin):
+                                                          resolved, standin, products):
                 ok = False
                 break
     resolved[t] = ok
     return ok
 
 
-def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
+def analyze(steps: ComputeSteps, strategy: str = "cost-aware", products: bool = False
+            ) -> Stash:
     """Stash, checkpoints and segments of a stream (module docstring). `strategy`:
-    cost-aware (default), speed-centric or memory-centric for every segment.
+    cost-aware (default), speed-centric or memory-centric for every segment. `products`:
+    matrix products and convolutions may be recomputed too (MemoryOptions.recompute_products).
 
     ZeRO-3: a forward op reading a gathered parameter copy that is freed after forward and
     gathered again for backward (planner.ops.collective.gathered_again) is recomputed from
@@ -267,7 +270,7 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
     again = gathered_again([(n.op, n.inputs, n.outputs) for n in steps.nodes])
     standin = {a: b for a, b in again.items() if a in uses and b in uses}
     while True:  # each round drops the stand-ins read before their gather: at most their count
-        stash = _analyzed(steps, strategy, uses, aliases, stashed, standin)
+        stash = _analyzed(steps, strategy, uses, aliases, stashed, standin, products)
         late = _read_before_gathered(stash, standin)
         if not late:
             return stash
@@ -276,13 +279,13 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
 
 def _analyzed(steps: ComputeSteps, strategy: str, uses: dict[str, TensorUse],
               aliases: dict[str, str], stashed: frozenset[str],
-              standin: dict[str, str]) -> Stash:
+              standin: dict[str, str], products: bool) -> Stash:
     """analyze with the stand-ins `standin` a recompute reads in place of a freed copy."""
     graph = steps.graph
     producer = {t: i for i, n in enumerate(steps.nodes) for t in n.outputs}
     resolved: dict[str, bool] = {}
     drop = {t for t in stashed
-            if _droppable(t, frozenset(), steps, uses, stashed, resolved, standin)}
+            if _droppable(t, frozenset(), steps, uses, stashed, resolved, standin, products)}
     checkpoints = frozenset(stashed - drop)
     members = set(drop)
     frontier = list(drop)
