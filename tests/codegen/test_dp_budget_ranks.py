@@ -4,7 +4,8 @@ processes sharing this machine's cores (tests/codegen/budget_dp_worker.py; one c
 every op on one thread) step a small GPT with ZeRO-3
 (`--shard-parameters`, whose recomputes read the parameter copies gathered for backward) and
 plain data parallel, each from the same parameters and batches, under no budget and under the
-smallest budget the planner meets, and end with the same parameters bit for bit: a recompute
+smallest budget the planner meets (ZeRO-3 also with matrix products recomputed,
+MemoryOptions.recompute_products), and end with the same parameters bit for bit: a recompute
 runs its node's kernel at the node's thread count on the same inputs, so it writes the same
 bits, and the collectives sum the same buckets."""
 
@@ -34,28 +35,32 @@ from tests.codegen.dp_harness import RANKS, launch_ranks
 GPT = "zoo:gpt?batch=4&seq=32&dim=32&heads=2&layers=2&vocab=64"
 STEPS = 3
 KINDS = {"zero3": {"shard_parameters": True, "gathers": GatherChoice()}, "dp": {}}
+# per case: its kind, and whether matrix products are recomputed too
+# (MemoryOptions.recompute_products: a GEMM run again at its thread count writes the same bits)
+CASES = {"zero3": ("zero3", False), "dp": ("dp", False), "zero3-products": ("zero3", True)}
 
 
 def _graph():
     return prepare(GPT, GraphOptions(optimizer=Optimizer(kind="adam", lr=0.01)))
 
 
-def _plan(kind: str, budget: int | None = None):
+def _plan(kind: str, budget: int | None = None, products: bool = False):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return plan(_graph(), detect(), options=PlanOptions(
-            memory=MemoryOptions(budget_bytes=budget, offload=False),
+            memory=MemoryOptions(budget_bytes=budget, offload=False,
+                                 recompute_products=products),
             data_parallel=DataParallelOptions(ranks=RANKS, ranks_per_host=RANKS,
                                               **KINDS[kind])))
 
 
-def _budgeted(kind: str):
+def _budgeted(kind: str, products: bool):
     """The plan under the smallest budget the planner meets (one it names refusing a quarter
     of the unbudgeted arena), which it meets by recomputing."""
     free = _plan(kind).summary.memory.arena_bytes
     with pytest.raises(InfeasibleBudget) as refused:
-        _plan(kind, free // 4)
-    p = _plan(kind, refused.value.smallest_bytes)
+        _plan(kind, free // 4, products)
+    p = _plan(kind, refused.value.smallest_bytes, products)
     assert p.summary.memory.arena_bytes < free and p.summary.memory.recompute_ops > 0
     return p
 
@@ -71,14 +76,18 @@ def _data(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_a_budgeted_plan_trains_as_the_unbudgeted_one(tmp_path, kind):
-    budgeted = _budgeted(kind)
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_budgeted_plan_trains_as_the_unbudgeted_one(tmp_path, case):
+    kind, products = CASES[case]
+    budgeted = _budgeted(kind, products)
+    if products:
+        assert any(budgeted.graph.node_map[m.node].op == "MatMul"
+                   for m in budgeted.memory.ops if m.kind == "recompute")
     if kind == "zero3":  # a recompute of a forward op reads a copy gathered for backward
         buffers = {t.name: t.tensor for t in budgeted.tensors}
         assert any(buffers[b].startswith("regathered/") for m in budgeted.memory.ops
                    if m.kind == "recompute" for b in m.inputs)
-    pkgs = [build(render(p, tmp_path / f"gpt_{kind}_{tag}")).dir
+    pkgs = [build(render(p, tmp_path / f"gpt_{case}_{tag}")).dir
             for tag, p in (("free", _plan(kind)), ("budget", budgeted))]
     outs = {r: [tmp_path / f"{tag}{r}.npz" for tag in ("free", "budget")]
             for r in range(RANKS)}

@@ -5,8 +5,9 @@ planned. A budget below what liveness alone reaches is met by recomputing (the s
 with recompute off is refused), the plan verifies, and a ZeRO-3 recompute of a forward op
 reads the parameter copy gathered again for backward, after that gather, never the forward
 copy freed before. A budget recompute cannot reach is refused in one line naming the
-smallest feasible budget, which then plans. (That such plans train as the unbudgeted plan
-does on 2 gloo ranks: tests/codegen/test_dp_budget_ranks.py.)"""
+smallest feasible budget, which then plans; recomputing matrix products too
+(MemoryOptions.recompute_products) reaches less. (That such plans train as the unbudgeted
+plan does on 2 gloo ranks: tests/codegen/test_dp_budget_ranks.py.)"""
 
 from __future__ import annotations
 
@@ -32,19 +33,22 @@ KINDS = {"dp": {}, "zero1": {"shard_optimizer": True},
          "zero3": {"shard_parameters": True, "gathers": GatherChoice()}}
 
 
-def _plan(kind: str, budget: int | None = None, recompute: str = "cost-aware"):
+def _plan(kind: str, budget: int | None = None, recompute: str = "cost-aware",
+          products: bool = False):
     graph = prepare(GPT, GraphOptions(optimizer=Optimizer(kind="adam")))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # a CPU's host store is the same memory: recompute alone
         return plan(graph, preset("xeon-8180"), evaluation=False, options=PlanOptions(
-            memory=MemoryOptions(budget_bytes=budget, offload=False, recompute=recompute),
+            memory=MemoryOptions(budget_bytes=budget, offload=False, recompute=recompute,
+                                 recompute_products=products),
             data_parallel=DataParallelOptions(ranks=2, **KINDS[kind])))
 
 
-def _smallest(kind: str, budget: int, recompute: str = "cost-aware") -> int:
+def _smallest(kind: str, budget: int, recompute: str = "cost-aware",
+              products: bool = False) -> int:
     with pytest.raises(InfeasibleBudget) as refused:
-        _plan(kind, budget, recompute)
+        _plan(kind, budget, recompute, products)
     return refused.value.smallest_bytes
 
 
@@ -109,3 +113,19 @@ def test_verify_refuses_a_recompute_reading_another_parameter():
                                                       for o in p.memory.ops)})
     problems = verify_plan(p.model_copy(update={"memory": memory}))
     assert any(m.name in s and "holds" in s for s in problems), problems
+
+
+def test_recomputing_matrix_products_reaches_a_smaller_budget():
+    """MemoryOptions.recompute_products: below the smallest budget cheap recomputes reach, a
+    ZeRO-3 plan recomputes matrix products' outputs too (their weights read from the copies
+    gathered for backward), and verifies; without it the plan records nothing new."""
+    cheap = _smallest("zero3", 1 << 20)
+    assert "recompute_products" not in _plan("zero3").provenance.options["memory"]
+    budget = _smallest("zero3", 1 << 20, products=True)
+    assert budget < cheap
+    p = _plan("zero3", budget, products=True)
+    assert p.summary.memory.arena_bytes <= budget < cheap
+    recomputed = {m.node for m in p.memory.ops if m.kind == "recompute"}
+    assert any(p.graph.node_map[n].op == "MatMul" for n in recomputed), recomputed
+    assert p.provenance.options["memory"]["recompute_products"] is True
+    assert verify_plan(p) == []
