@@ -5,7 +5,7 @@ per-rank peak memory and step time at the same global batch (issue 47).
 
     python bench/bench_fsdp.py [--steps 6] [--rounds 3] [--models gpt,resnet-50] [--procs 2]
                                [--small-bucket 262144] [--analytical]
-                               [--kinds zero3,zero3d,fsdp2]
+                               [--kinds zero3r,zero3,zero3d,fsdp2]
 
 Models (Adam, lr 1e-3, global batch 8 split P ways):
 - gpt: zoo:gpt at bench_transformer's size against its GPT-2 style nn.Module;
@@ -19,7 +19,11 @@ prefetch (one block ahead) and reshard-after-forward. Each process runs on 1/P o
 graph (`planner profile --in-step --max-threads cores/P`; `--analytical`: without one), so each
 kernel's scratch area is what oneDNN asked for here rather than the analytical bound, which for
 a GEMM is two copies of its operands (the GPT's head weight-gradient GEMM: 1.75 MiB reserved,
-256 KiB asked for). Ours: zero3 (ZeRO-3 under --memory-budget 97% of zero3d's planned arena:
+256 KiB asked for). Ours: zero3r (ZeRO-3 under --memory-budget 75% of zero3d's planned
+arena, met by recomputing activations, matrix products' outputs too (MemoryOptions'
+recompute_products), as well as by the decisions below, without offloads;
+where the planner refuses that, the least whole percent above it that it meets), zero3
+(ZeRO-3 under --memory-budget 97% of zero3d's planned arena:
 the bucket size, prefetch depths and freed forward copies the planner chooses to fit it,
 planner/pipeline/gathers.py; without a budget it keeps the default decisions), zero3d (ZeRO-3
 under the default decisions, no budget: what the choice saves), zero3s (--bucket-bytes
@@ -69,12 +73,18 @@ MODELS = {"gpt": ("gpt", GPT), "resnet-50": ("resnet", RESNET)}
 LR = 1e-3
 # zero3: ZeRO-3's decisions chosen under a budget; zero3d: ZeRO-3 under the default decisions;
 # zero3s: those with --small-bucket's buckets
-OURS = ("zero3", "zero3d", "zero3s", "zero1", "dp")
+# zero3r: ZeRO-3 under a tighter budget, met by recomputing activations besides those
+# decisions
+OURS = ("zero3r", "zero3", "zero3d", "zero3s", "zero1", "dp")
 TORCH = ("fsdp2", "ddp")
 # zero3's --memory-budget, in percent of zero3d's planned arena (ZeRO-3's decisions are chosen
 # only under a budget: planner/pipeline/gathers.py). Not 95%: the GPT planned on this host's
 # analytical costs gets to 95.7% (halved buckets), and 95% was refused.
 ZERO3_BUDGET = 97
+# zero3r's --memory-budget, in percent of zero3d's planned arena: the budget search recomputes
+# activations (planner.memory.cpu_budget, with the collectives on their comm lane); where the
+# planner refuses it, the least whole percent above that it meets.
+ZERO3R_BUDGET = 75
 
 
 def forward(model: str, ranks: int):
@@ -109,11 +119,25 @@ def package(kind: str, model: str, ranks: int, folder: Path, small_bucket: int,
             costs=None) -> Path:
     from codegen.build import build
     from codegen.render import render
+    from planner.errors import InfeasibleBudget
 
     p = _planned(kind, model, ranks, small_bucket, costs)
     if kind == "zero3":  # the choice runs only under a budget: ZERO3_BUDGET% of the default's
         budget = p.summary.memory.arena_bytes * ZERO3_BUDGET // 100
         p = _planned(kind, model, ranks, small_bucket, costs, budget)
+    if kind == "zero3r":  # the least share of the default's arena from ZERO3R_BUDGET% up
+        free = p.summary.memory.arena_bytes
+        for percent in range(ZERO3R_BUDGET, 100):
+            try:
+                p = _planned(kind, model, ranks, small_bucket, costs, free * percent // 100)
+                break
+            except InfeasibleBudget as e:
+                print(f"{kind}: {percent}% of the default arena refused ({e})", flush=True)
+    if kind in ("zero3", "zero3r"):
+        m = p.summary.memory
+        print(f"{kind}: arena {m.arena_bytes / 2**20:.2f} MiB under a "
+              f"{m.budget_bytes / 2**20:.2f} MiB budget, {m.recompute_ops} recomputes, "
+              f"predicted step {p.summary.step_seconds * 1e3:.2f} ms", flush=True)
     return build(render(p, folder / f"{model.replace('-', '_')}_{kind}{ranks}")).dir
 
 
@@ -126,8 +150,11 @@ def _planned(kind: str, model: str, ranks: int, small_bucket: int, costs=None,
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # A CPU's host store is the same memory (no slower tier): zero3r recomputes only,
+        # the matrix products too (our step is far faster than FSDP2's).
         return plan(training_graph(model, ranks), detect(), costs, options=PlanOptions(
-            memory=MemoryOptions(budget_bytes=budget),
+            memory=MemoryOptions(budget_bytes=budget, offload=kind != "zero3r",
+                                 recompute_products=kind == "zero3r"),
             data_parallel=DataParallelOptions(
                 ranks=ranks, ranks_per_host=ranks, shard_optimizer=kind == "zero1",
                 shard_parameters=kind.startswith("zero3"),

@@ -8,7 +8,8 @@ needed), so the answer is exactly as good as the planner.
             416 fails, 400 ok, ... -> the largest that fits
 
 With `data_parallel` (ranks >= 2) the value is one rank's batch of a data-parallel plan
-(planner.schedule.parallel), which fits by liveness alone; with its `shard_optimizer` each
+(planner.schedule.parallel), which fits by recomputing too (its collectives on their comm
+lane: planner.memory.cpu_budget); with its `shard_optimizer` each
 rank holds 1/ranks of the optimizer state, with `shard_parameters` (ZeRO-3) 1/ranks of the
 parameters and gradients too, so a larger batch may fit.
 

@@ -79,7 +79,7 @@ from planner.memory.stash import analyze
 from planner.ops.base import TensorType
 from planner.schedule.cpu import measured_handoff
 from planner.schedule.record import Schedule, ScheduledOp
-from planner.schedule.streams import ComputeSteps, stream_order
+from planner.schedule.streams import ALL_STREAMS, COMM_STREAM, ComputeSteps, stream_order
 
 # The orders a CPU plan's ops may run in under a budget (`cpu_steps`): the lanes' own, as
 # the schedule timed them, or each update moved up to right after its gradient (less memory:
@@ -87,6 +87,9 @@ from planner.schedule.streams import ComputeSteps, stream_order
 # was scheduled beside: ResNet-18's co-running step is 44% longer so, with nothing
 # recomputed). The search runs in both and keeps the faster plan that fits.
 ORDERS = ("schedule", "stream")
+# A data-parallel plan's collectives run on the comm lane (planner.schedule.parallel), one at
+# a time, beside the CPUs' lanes: the comm stream's index in a materialized op's `stream`.
+COMM_INDEX = ALL_STREAMS.index(COMM_STREAM)
 
 
 def cpu_budget_memory(graph: Graph, schedule: Schedule, model: CostModel,
@@ -136,7 +139,8 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
     """cpu_budget_solve in one of ORDERS."""
     placed_on = {o.name: o for o in schedule.ops}
     steps = cpu_steps(graph, schedule, moved_up=order == "stream")
-    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
+    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute,
+                    options.recompute_products)
     # A copy to the host store is a memcpy on one core; it takes that core (not overlapped).
     state = State(stash, model.target.cpu.core_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", overlapped=False)
@@ -164,9 +168,9 @@ def _solve_in(graph: Graph, schedule: Schedule, model: CostModel, options: Memor
         # woken), then laid out over those times where that fits (`timed_layout`).
         m = p.material
         where = where_of(m)
-        m.edges = lane_edges(m, where, core_of)
+        m.edges = sorted(set(lane_edges(m, where, core_of)) | issued_behind(m, schedule))
         for spec, at in zip(m.ops, where, strict=True):
-            spec.lane = min(at["cpus"])
+            spec.lane = min(at["cpus"]) if "cpus" in at else -1 - COMM_INDEX
         m.handoff = measured_handoff(model)
         timed = timed_layout(p, options)
         return timed or p, timed is not None
@@ -196,6 +200,9 @@ def op_places(m: Material, steps: ComputeSteps, placed_on: dict[str, ScheduledOp
     out = []
     for spec in m.ops:
         at = placed_on.get(steps.nodes[spec.step].name) if spec.step >= 0 else None
+        if at is not None and at.stream:  # a collective, on its lane as scheduled
+            out.append({"stream": at.stream, "prefetch": at.prefetch})
+            continue
         out.append({"cpus": at.cpus, "threads": at.threads, "affinity": at.affinity,
                     "smt": at.smt} if at is not None else {"cpus": (first_cpu,), "threads": 1})
     return out
@@ -279,21 +286,37 @@ def renumbered(m: Material, order: list[int]) -> Material:
                    deps=[sorted(at[d] for d in m.deps[i]) for i in order])
 
 
+def issued_behind(m: Material, schedule: Schedule) -> set[tuple[int, int]]:
+    """The schedule's edges into its collectives from the compute ops they are issued behind
+    (a ZeRO-3 all-gather's prefetch depth, planner.schedule.parallel.issue_point), between
+    `m`'s graph nodes: with them a gather starts where the schedule issues it, not as soon as
+    the comm lane is free (its copy would then be held from there)."""
+    at = {o.name: i for i, o in enumerate(m.ops) if o.kind == "node"}
+    comm = {o.name for o in schedule.ops if o.stream}
+    return {(at[e.before], at[e.after]) for e in schedule.edges
+            if e.after in comm and e.before in at and e.after in at
+            and at[e.before] < at[e.after]}
+
+
 def lane_edges(m: Material, where: list[dict], core_of: dict[int, int]
                ) -> list[tuple[int, int]]:
     """The ordering edges of `m` on CPUs: its data, in-place and transfer edges (not the
     compute stream's chain: ops on other CPUs may run at the same time, as the schedule's
     lanes ran them), and on every logical CPU, and every physical core of an op not marked
     smt, each op after the previous one using it (ops never share a CPU at once, nor a core
-    unless one is marked smt). Memory reuse between ops that may now co-run is ordered by the
-    reuse edges `solve` adds over these."""
+    unless one is marked smt), and on the comm lane each collective after the previous one.
+    Memory reuse between ops that may now co-run is ordered by the reuse edges `solve` adds
+    over these."""
     transfer = [o.kind in ("offload", "prefetch") for o in m.ops]
     edges = {(u, w) for u, w in m.edges if transfer[u] or transfer[w]}
     edges |= {(d, i) for i, ds in enumerate(m.deps) for d in ds}
-    last: dict[tuple[str, int], int] = {}
+    last: dict[tuple[str, int | str], int] = {}
     for i, at in enumerate(where):
-        keys = [("cpu", c) for c in at["cpus"]]
-        if not at.get("smt"):
+        if "stream" in at:  # a collective: after the previous one on its lane
+            keys: list[tuple[str, int | str]] = [("stream", at["stream"])]
+        else:
+            keys = [("cpu", c) for c in at["cpus"]]
+        if not at.get("smt") and "cpus" in at:
             keys += [("core", core_of.get(c, -1 - c)) for c in at["cpus"]]
         for k in keys:
             if k in last:
@@ -305,17 +328,21 @@ def lane_edges(m: Material, where: list[dict], core_of: dict[int, int]
 def cpu_steps(graph: Graph, schedule: Schedule, moved_up: bool = True) -> ComputeSteps:
     """The schedule's ops in plan order, each at its scheduled time; `moved_up`: each update
     moved up to right after its last predecessor (as on a stream: gradients then never all
-    live at once)."""
+    live at once). A data-parallel schedule's collectives keep their comm lane
+    (ComputeSteps.stream: the comm stream's index, every other op's 0)."""
     names = [o.name for o in schedule.ops]
     where = {n.name: i for i, n in enumerate(graph.nodes)}
     order = stream_order(graph, names) if moved_up else [where[n] for n in names]
     seconds = {o.name: o.end - o.start for o in schedule.ops}
     nodes = tuple(graph.nodes[i] for i in order)
+    comm = {o.name for o in schedule.ops if o.stream == COMM_STREAM}
     return ComputeSteps(graph=graph, nodes=nodes,
                         phase=tuple(node_phase(graph, n) for n in nodes),
                         algos=tuple(() for _ in nodes),
                         seconds=np.array([seconds[n.name] for n in nodes], dtype=float),
-                        analytical=0)
+                        analytical=0,
+                        stream=tuple(COMM_INDEX if n.name in comm else 0 for n in nodes)
+                        if comm else ())
 
 
 def op_scratch(steps: ComputeSteps, m: Material, placed_on: dict[str, ScheduledOp],

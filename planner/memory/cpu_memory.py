@@ -36,7 +36,7 @@ import numpy as np
 from planner.costs import CostModel
 from planner.costs.records import CostTable
 from planner.costs.signature import graph_signatures
-from planner.errors import InfeasibleBudget, UserError
+from planner.errors import InfeasibleBudget
 from planner.ir.graph import Graph
 from planner.memory.arena import CPU_FIRST
 from planner.memory.assemble import decision
@@ -55,7 +55,6 @@ from planner.memory.options import MemoryOptions, format_bytes
 from planner.memory.order import HappensBefore, plan_edges
 from planner.memory.scratch import kernel_scratch
 from planner.ops.base import TensorType
-from planner.ops.collective import COLLECTIVE_OPS
 from planner.schedule.record import Schedule, ScheduledOp
 
 
@@ -81,17 +80,6 @@ def cpu_memory(graph: Graph, schedule: Schedule, model: CostModel | None = None,
     if layout is None or options.forces:  # the user's recomputes and offloads too
         from planner.memory.cpu_budget import cpu_budget_memory
 
-        if any(n.op in COLLECTIVE_OPS for n in graph.nodes):
-            if options.forces:
-                raise UserError(f"graph {graph.name!r}: --recompute, --offload and "
-                                f"--region-budget need a one-process plan (data-parallel "
-                                f"plans keep every tensor so far)")
-            # The budget search plans no comm lane (nor side-by-side buckets) yet.
-            layout = lay_out(buffers, hb, options.alignment, options.heuristics, CPU_FIRST)
-            raise InfeasibleBudget(
-                f"graph {graph.name!r}: a data-parallel plan fits a memory budget by liveness "
-                f"alone so far: {format_bytes(layout.arena)} ({layout.arena} bytes) or more, "
-                f"not {format_bytes(budget)} (recompute needs one process)", layout.arena)
         if model is None:
             raise ValueError("CPU memory planning under a budget needs the cost model of its "
                              "target")

@@ -173,7 +173,8 @@ def gpu_solve(graph: Graph, model: CostModel, options: MemoryOptions | None = No
         raise ValueError(f"target {model.target.name!r} has no GPU")
     gpu = model.target.gpus[0]
     steps = compute_steps(graph, model, order, streams=streams, joins=joins, comm=comm)
-    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute)
+    stash = analyze(steps, "cost-aware" if options.recompute == "off" else options.recompute,
+                    options.recompute_products)
     state = State(stash, gpu.host_link_bandwidth, offload=options.offload,
                   recompute=options.recompute != "off", host_limit=gpu.pinned_host_limit_bytes)
     liveness_load = state.load()

@@ -55,6 +55,12 @@ class MemoryOptions(Record):
     offload: bool = True
     # How dropped segments are recomputed (planner.memory.stash); "off": never recompute.
     recompute: Literal["cost-aware", "speed-centric", "memory-centric", "off"] = "cost-aware"
+    # Recompute the outputs of matrix products and convolutions too (OpDef.recompute
+    # "expensive"; by default they are checkpoints, Seed 001's rule), where cheap ops alone
+    # cannot meet the budget: the search still takes the cheapest seconds per byte first. For
+    # a step much faster than the one it is weighed against (ZeRO-3 against FSDP2,
+    # bench/bench_fsdp.py's zero3r). Recorded in a plan's provenance only when set.
+    recompute_products: bool = False
     # Give each convolution the fastest algorithm whose workspace fits the memory free at its
     # step; False: always the one with the least workspace.
     workspaces: bool = True
@@ -70,7 +76,7 @@ class MemoryOptions(Record):
     @model_serializer(mode="wrap")
     def _without_empty_pins(self, handler):
         data = handler(self)
-        for key in ("pins", "region_budgets"):
+        for key in ("pins", "region_budgets", "recompute_products"):
             if isinstance(data, dict) and not data.get(key):
                 data.pop(key, None)
         return data

@@ -55,9 +55,11 @@ from typing import Literal
 import numpy as np
 from networkx.utils import UnionFind
 
+from planner.graph.views import view_aliases
 from planner.ir.graph import Graph, Node
 from planner.memory.liveness import PERSISTENT_ROLES, in_place_aliases
 from planner.ops import get_op
+from planner.ops.collective import gathered_again
 from planner.schedule.streams import ComputeSteps
 
 Strategy = Literal["speed-centric", "memory-centric"]
@@ -150,12 +152,26 @@ class Stash:
 
 
 def in_place(steps: ComputeSteps) -> dict[str, str]:
-    """The in-place outputs of a stream (planner.memory.liveness.in_place_aliases; a view has
-    bytes of its own here) over values backward writes: a forward value overwritten in place
-    could be a checkpoint the stash keeps, which it does not model (none is, so far)."""
+    """The in-place outputs and views of a stream (planner.memory.liveness.in_place_aliases,
+    planner.graph.views.view_aliases) over values backward writes, each -> the tensor that
+    owns its bytes: a forward value overwritten in place could be a checkpoint the stash keeps,
+    which it does not model (none is, so far), and a view of one has bytes of its own here
+    (its root may be recomputed or offloaded). A gradient's view (a reshape of a GEMM's
+    output) shares its bytes, as without a budget."""
     writer = {t: i for i, node in enumerate(steps.nodes) for t in node.outputs}
-    return {y: x for y, x in in_place_aliases(steps.graph, views={}).items()
-            if steps.phase[writer[x]] != "forward"}
+
+    def backward(x: str) -> bool:
+        return x in writer and steps.phase[writer[x]] != "forward"
+
+    views = {v: r for v, r in view_aliases(steps.graph).items() if backward(r)}
+    links = views | in_place_aliases(steps.graph, views=views)
+
+    def root(t: str) -> str:
+        while t in links:
+            t = links[t]
+        return t
+
+    return {y: root(y) for y in links if backward(root(y))}
 
 
 def tensor_uses(steps: ComputeSteps,
@@ -185,14 +201,15 @@ def tensor_uses(steps: ComputeSteps,
     return uses
 
 
-def _recomputable(graph: Graph, node: Node, output: str) -> bool:
-    # Ops as costly as the pass itself keep their outputs as checkpoints; ops that write
+def _recomputable(graph: Graph, node: Node, output: str, products: bool = False) -> bool:
+    # Ops as costly as the pass itself keep their outputs as checkpoints (unless `products`:
+    # MemoryOptions.recompute_products); ops that write
     # persistent state in place or fill constants never run twice (planner.ops:
     # OpDef.recompute), unless their recompute reads kept outputs in place of that state
     # (OpDef.recompute_reads: a training BatchNorm, whose y alone is recomputed, the running
     # statistics it writes again going to scratch).
     op = get_op(node.op)
-    if op.recompute != "cheap":
+    if op.recompute not in (("cheap", "expensive") if products else ("cheap",)):
         return False
     if op.recompute_reads is None:
         return all(graph.tensor(o).updates is None for o in node.outputs)
@@ -204,46 +221,71 @@ def _recomputable(graph: Graph, node: Node, output: str) -> bool:
 
 
 def _droppable(t: str, stack: frozenset[str], steps: ComputeSteps, uses: dict[str, TensorUse],
-               stashed: frozenset[str], resolved: dict[str, bool]) -> bool:
+               stashed: frozenset[str], resolved: dict[str, bool],
+               standin: dict[str, str], products: bool = False) -> bool:
     """Whether t can be recomputed from values that are kept, through cheap ops (memoised in
-    `resolved`). A function of the module, not a closure of analyze: a recursive closure is
-    a reference cycle, which planning (with the cyclic collector off) would not free."""
+    `resolved`); a value with a stand-in (`standin`: ZeRO-3's forward copy of a parameter ->
+    the copy gathered again for backward) is read as that one. A function of the module,
+    not a closure of analyze: a recursive closure is a reference cycle, which planning (with
+    the cyclic collector off) would not free."""
     if t in resolved:
         return resolved[t]
     graph, phase = steps.graph, steps.phase
     u = uses.get(t)
     ok = (u is not None and u.writer >= 0 and phase[u.writer] == "forward"
           and not u.output and t not in stack
-          and _recomputable(graph, steps.nodes[u.writer], t)
+          and _recomputable(graph, steps.nodes[u.writer], t, products)
           and not (t in stashed and len(u.forward_reads) > 1))
     if ok:
         node = steps.nodes[u.writer]
         for k, i in enumerate(node.inputs):
             role = graph.tensor(i).role
-            if i in stashed or role in ("param", "input", "label"):
+            if i in stashed or i in standin or role in ("param", "input", "label"):
                 continue
             if not get_op(node.op).recompute_reads_input(k):
                 continue  # not read again (BatchNorm: its saved statistics instead)
             if role in PERSISTENT_ROLES or not _droppable(i, stack | {t}, steps, uses, stashed,
-                                                          resolved):
+                                                          resolved, standin, products):
                 ok = False
                 break
     resolved[t] = ok
     return ok
 
 
-def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
+def analyze(steps: ComputeSteps, strategy: str = "cost-aware", products: bool = False
+            ) -> Stash:
     """Stash, checkpoints and segments of a stream (module docstring). `strategy`:
-    cost-aware (default), speed-centric or memory-centric for every segment."""
-    graph = steps.graph
+    cost-aware (default), speed-centric or memory-centric for every segment. `products`:
+    matrix products and convolutions may be recomputed too (MemoryOptions.recompute_products).
+
+    ZeRO-3: a forward op reading a gathered parameter copy that is freed after forward and
+    gathered again for backward (planner.ops.collective.gathered_again) is recomputed from
+    the second copy, where that gather runs before every recompute of it; else the copy is
+    not there to read, and the op's output is a checkpoint."""
     aliases = in_place(steps)
     uses = tensor_uses(steps, aliases)
     phase = steps.phase
     stashed = frozenset(u.name for u in uses.values() if u.backward_reads
                         and (u.writer < 0 or phase[u.writer] == "forward"))
+    again = gathered_again([(n.op, n.inputs, n.outputs) for n in steps.nodes])
+    standin = {a: b for a, b in again.items() if a in uses and b in uses}
+    while True:  # each round drops the stand-ins read before their gather: at most their count
+        stash = _analyzed(steps, strategy, uses, aliases, stashed, standin, products)
+        late = _read_before_gathered(stash, standin)
+        if not late:
+            return stash
+        standin = {a: b for a, b in standin.items() if a not in late}
+
+
+def _analyzed(steps: ComputeSteps, strategy: str, uses: dict[str, TensorUse],
+              aliases: dict[str, str], stashed: frozenset[str],
+              standin: dict[str, str], products: bool) -> Stash:
+    """analyze with the stand-ins `standin` a recompute reads in place of a freed copy."""
+    graph = steps.graph
     producer = {t: i for i, n in enumerate(steps.nodes) for t in n.outputs}
     resolved: dict[str, bool] = {}
-    drop = {t for t in stashed if _droppable(t, frozenset(), steps, uses, stashed, resolved)}
+    drop = {t for t in stashed
+            if _droppable(t, frozenset(), steps, uses, stashed, resolved, standin, products)}
     checkpoints = frozenset(stashed - drop)
     members = set(drop)
     frontier = list(drop)
@@ -253,7 +295,8 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
         for k, i in enumerate(node.inputs):
             if not get_op(node.op).recompute_reads_input(k):
                 continue
-            if i not in stashed and i in uses and uses[i].writer >= 0 and i not in members:
+            if i not in stashed and i not in standin and i in uses and uses[i].writer >= 0 \
+                    and i not in members:
                 members.add(i)
                 frontier.append(i)
     groups = _components(members, uses, steps.nodes)
@@ -261,7 +304,7 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
                for n in steps.nodes]
     bottleneck = max(operand, default=0)
     segments = [_segment(k, sorted(g, key=lambda t: (uses[t].writer, t)), stashed, uses, steps,
-                         producer, operand, bottleneck, strategy)
+                         producer, operand, bottleneck, strategy, standin)
                 for k, g in enumerate(groups)]
     stash = Stash(steps=steps, uses=uses, stashed=stashed, checkpoints=checkpoints,
                   segments=segments, key_of_step=np.zeros(0, dtype=np.int64),
@@ -271,6 +314,18 @@ def analyze(steps: ComputeSteps, strategy: str = "cost-aware") -> Stash:
                   bottleneck_bytes=bottleneck, in_place=aliases)
     _assign_keys(stash)
     return stash
+
+
+def _read_before_gathered(stash: Stash, standin: dict[str, str]) -> set[str]:
+    """The copies in `standin` whose stand-in some recompute would read before the gather
+    that writes it (its slot precedes its group's step; the gather must come earlier)."""
+    late = set()
+    for seg in stash.segments:
+        for op in seg.ops:
+            for i in _inputs(stash.steps.nodes[op.step]):
+                if i in standin and stash.uses[standin[i]].writer >= op.group:
+                    late.add(i)
+    return late
 
 
 def _components(members: set[str], uses: dict[str, TensorUse], nodes) -> list[set[str]]:
@@ -285,11 +340,12 @@ def _components(members: set[str], uses: dict[str, TensorUse], nodes) -> list[se
 
 def _segment(sid: int, members: list[str], stashed: frozenset[str],
              uses: dict[str, TensorUse], steps: ComputeSteps, producer: dict[str, int],
-             operand: list[int], bottleneck: int, strategy: str) -> Segment:
+             operand: list[int], bottleneck: int, strategy: str,
+             standin: dict[str, str]) -> Segment:
     member_set = set(members)
     nodes = sorted({uses[t].writer for t in members})
     wanted = tuple(t for t in members if t in stashed)
-    sources = sorted({i for s in nodes for k, i in enumerate(_inputs(steps.nodes[s]))
+    sources = sorted({standin.get(i, i) for s in nodes for i in _inputs(steps.nodes[s])
                       if i not in member_set})
     first = min(uses[t].backward_reads[0] for t in wanted)
     if strategy == "cost-aware":
@@ -314,8 +370,9 @@ def _segment(sid: int, members: list[str], stashed: frozenset[str],
         for s in run:
             node = steps.nodes[s]
             outs = tuple(o if o in member_set else "" for o in node.outputs)
+            ins = tuple(standin.get(i, i) for i in _inputs(node))
             seg.ops.append(RecomputeOp(step=s, group=group, key=-1, segment=sid,
-                                       instance=instance, inputs=_inputs(node), outputs=outs))
+                                       instance=instance, inputs=ins, outputs=outs))
         seg.seconds += float(sum(steps.seconds[s] for s in run))
     return seg
 

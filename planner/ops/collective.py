@@ -154,6 +154,30 @@ def collective_buckets(nodes: Sequence[Any], floats: Callable[[str], int]
     return out
 
 
+def gathered_again(nodes: Sequence[tuple[str, Sequence[str], Sequence[str]]]
+                   ) -> dict[str, str]:
+    """A gathered copy -> the copy a later all-gather of the same shard writes at the same
+    place, over (op, inputs, outputs) of graph nodes in their order: ZeRO-3's forward copy
+    and the one gathered again for backward hold the same floats (the shard is updated only
+    after both read it), so a forward op run again in backward (a recompute) may read the
+    second in place of the first, freed since.
+
+    >>> gathered_again([("AllGather", ["s"], ["a", "b"]), ("Relu", ["a"], ["y"]),
+    ...                 ("AllGather", ["s"], ["a2", "b2"])])
+    {'a': 'a2', 'b': 'b2'}
+    """
+    first: dict[str, Sequence[str]] = {}
+    out: dict[str, str] = {}
+    for op, inputs, outputs in nodes:
+        if op != "AllGather" or len(inputs) != 1:
+            continue
+        if inputs[0] in first and len(first[inputs[0]]) == len(outputs):
+            out.update(zip(first[inputs[0]], outputs, strict=True))
+        else:
+            first.setdefault(inputs[0], outputs)
+    return out
+
+
 def _alignment(a: Attrs) -> int:
     return a.get("alignment", DEFAULT_ALIGNMENT)
 

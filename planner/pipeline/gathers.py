@@ -26,8 +26,11 @@ slower is one the user asks for, by naming the memory.
 
 Under a budget the memory planner fits a step by running it more serially
 (planner.memory.cpu_budget), so a move that frees gathered bytes at the peak can make the
-fitting step faster. The moves start only from a bucket size whose default decisions fit the
-budget (a budget none of those meets is refused as memory planning refuses it). Each trial is
+fitting step faster. The moves start from a bucket size's default decisions where they fit
+the budget; where they do not, from the decisions the same moves reach on the plan without a
+budget (every move at the peak at once, while the arena falls) once those fit it, the budget
+search recomputing activations for the rest (planner.memory.cpu_budget); a budget none of
+those meets is refused as memory planning refuses the default decisions. Each trial is
 the plan's own stages (step graph, schedule, memory planning) on one cost model, so the choice
 is a pure function of the graph, costs and options: the same inputs give the same decisions,
 and re-planning a plan with its recorded options (planner explain, verify) makes the same plan
@@ -149,12 +152,38 @@ def _searched(p: Planning, priced: Planning, default: int, given: bool) -> Trial
     best = None
     for size in (default,) if given else tuple(dict.fromkeys(
             max(4, default // d) for d in BUCKET_DIVISORS)):
-        start = _trial(p, priced, size, GatherChoice())
+        start = _fitting_start(p, priced, size)
         found = None if start is None else _improved(p, priced, start)
         if best is not None and _better(found, best) is best:
             break
         best = _better(found, best)
     return best
+
+
+def _fitting_start(p: Planning, priced: Planning, size: int) -> Trial | None:
+    """The default decisions at bucket size `size` under the budget; where they do not fit
+    it, the decisions the peak moves reach from them on the plan without a budget (every move
+    at once, each round, while the arena falls) as soon as they fit it (memory planning's
+    recomputes meet the rest); None where none does."""
+    start = _trial(p, priced, size, GatherChoice())
+    if start is not None:
+        return start
+    free = p.but(options=p.options.model_copy(update={
+        "memory": p.options.memory.model_copy(update={"budget_bytes": None})}))
+    t = _trial(free, priced, size, GatherChoice())
+    for _ in range(MOVES_PER_BUCKET_SIZE):
+        moves = [] if t is None else peak_moves(t)
+        if t is None or not moves:
+            return None
+        gathers = _merged(t.gathers, moves, t)
+        fits = _trial(p, priced, size, gathers)
+        if fits is not None:
+            return fits
+        lower = _trial(free, priced, size, gathers)
+        if lower is None or lower.arena_bytes >= t.arena_bytes:
+            return None
+        t = lower
+    return None
 
 
 def _trial(p: Planning, priced: Planning, size: int, gathers: GatherChoice) -> Trial | None:

@@ -6,7 +6,9 @@ imported: the rules are re-derived from the plan's data):
     recompute   its node exists, and it reads one buffer per input of the node, each holding
                 that input's tensor (but what its op's recompute_reads names in their place,
                 planner/ops: a BatchNorm reads the batch statistics its node saved in place of
-                its running statistics) with the tensor's bytes, and
+                its running statistics; and a ZeRO-3 parameter copy may be the one a later
+                all-gather of the same shard writes, planner.ops.collective.gathered_again,
+                live when the recompute runs: gathered before it) with the tensor's bytes, and
                 writes one per output, each holding that output's value
     transfer    one buffer in, one out, holding the same tensor, the source on the side and the
                 slot on the other that TRANSFER_PLACEMENTS names; both hold the tensor's
@@ -30,6 +32,7 @@ from typing import Any
 
 from planner.dtypes import DTYPE_BYTES
 from planner.ops import REGISTRY
+from planner.ops.collective import gathered_again
 
 # The plan format's copies between the device arena and the host store (docs/plans.md): the
 # kind of an added op -> (its op type, the side it reads, the side it writes). Spelled here,
@@ -49,16 +52,20 @@ def inserted_op_problems(plan: dict[str, Any]) -> list[str]:
     sizes = {t.get("name"): _nbytes(t) for t in graph.get("tensors", [])}
     buffers = {t.get("name"): t for t in plan.get("tensors") or []}
     order = {o.get("name"): o.get("order") for o in plan.get("ops", [])}
+    # ZeRO-3: a parameter's copy gathered again for backward holds its forward copy's floats,
+    # which a recompute in backward reads in its place (the forward copy is freed by then).
+    again = gathered_again([(n.get("op"), list(n.get("inputs") or []),
+                             list(n.get("outputs") or [])) for n in graph.get("nodes", [])])
     problems: list[str] = []
     for m in added:
-        problems += _op_problems(m, nodes, sizes, buffers, order)
+        problems += _op_problems(m, nodes, sizes, buffers, order, again)
     return problems
 
 
 def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int],
-                 buffers: dict[str, Any], order: dict[str, Any]) -> list[str]:
-    name, kind = m.get("name"), m.get("kind")
-    label = f"added op {name!r}"
+                 buffers: dict[str, Any], order: dict[str, Any], again: dict[str, str]
+                 ) -> list[str]:
+    name, kind, label = m.get("name"), m.get("kind"), f"added op {m.get('name')!r}"
     ins, outs = list(m.get("inputs") or []), list(m.get("outputs") or [])
     out = [f"{label} {verb} buffer {b!r}, which the plan does not have"
            for verb, bs in (("reads", ins), ("writes", outs)) for b in bs if b not in buffers]
@@ -77,7 +84,7 @@ def _op_problems(m: dict[str, Any], nodes: dict[str, Any], sizes: dict[str, int]
         # whole, or the recompute reads another tensor's bytes (or past a smaller one's end).
         for b, want in zip(ins, reads, strict=True):
             has, need = buffers[b].get("tensor"), sizes.get(want, 0)
-            if has != want:
+            if has != want and (has is None or again.get(want) != has):
                 out.append(f"{label} reads buffer {b!r} as tensor {want!r} of node "
                            f"{m.get('node')!r}, but the buffer holds {has or 'no tensor'!r}")
             elif buffers[b].get("bytes", 0) < need:

@@ -91,13 +91,22 @@ def test_region_budget_is_met(tmp_path, capsys):
     (["--offload", "no/such"], "--offload no/such: no activation"),
     (["--region-budget", "conv1"], "PREFIX=BYTES"),
     (["--region-budget", "pool1=1"], "--region-budget pool1"),
-    (["--data-parallel", "2", "--recompute", "lrn1"], "one-process plan"),
 ])
 def test_refusals_name_the_conflict(tmp_path, capsys, flags, words):
     assert cli.main([*PLAN, *flags, "-o", str(tmp_path / "x.json")]) != 0
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_pins_hold_in_a_data_parallel_plan(tmp_path, capsys):
+    """The budget search runs with the all-reduces on their comm lane: the user's decisions
+    hold there as in one process."""
+    out = planned(tmp_path, capsys, "dp.json", "--data-parallel", "2", "--recompute", "lrn1")
+    data = json.load(open(out))
+    assert placements(data)["lrn1"] == "recomputed"
+    assert any(o["op"] == "AllReduce" and o["stream"] == "comm" for o in data["ops"])
+    assert cli.main(["verify", out]) == 0
 
 
 def test_decisions_file(tmp_path, capsys):

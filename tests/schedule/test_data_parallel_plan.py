@@ -210,14 +210,17 @@ def test_a_bucket_read_by_another_op_is_copied_not_summed_in_place():
     assert verify_plan(p) == []
 
 
-def test_a_budget_below_liveness_is_refused_in_one_line():
+def test_a_budget_no_recompute_reaches_is_refused_in_one_line():
+    """(A budget recompute reaches is met: tests/memory/test_dp_budget.py.)"""
     from planner.memory.options import MemoryOptions
 
     arena = _dp_plan(_lenet()).summary.memory.arena_bytes
-    with pytest.raises(InfeasibleBudget, match="by liveness alone so far"):
+    with pytest.raises(InfeasibleBudget, match="even with every offload and recompute .* "
+                                               "the smallest feasible budget is") as refused:
         plan(_lenet(), preset(TARGET), options=PlanOptions(
-            memory=MemoryOptions(budget_bytes=arena * 9 // 10),
+            memory=MemoryOptions(budget_bytes=arena // 10),
             data_parallel=DataParallelOptions(ranks=2, bucket_bytes=4096)))
+    assert "\n" not in str(refused.value) and refused.value.smallest_bytes > arena // 10
 
 
 def test_fp16_loss_scaling_checks_the_averaged_gradients():

@@ -42,6 +42,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from planner.graph.deps import predecessors
+from planner.graph.views import view_aliases
 from planner.memory.budget.search import State
 from planner.memory.decision import TRANSFER_OPS
 from planner.memory.liveness import PERSISTENT_ROLES, Buffer, in_buckets
@@ -219,11 +220,12 @@ def _buffers(state: State, ops: list[OpSpec], index: dict[str, int]) -> list[Buf
             dfirst = float(st.group_start[state.fetch[t.name]])
             out.append(Buffer(dev, t.name, t.nbytes, dfirst, dlast + 1, dw, max(drs), dw,
                               tuple(drs), "prefetch"))
+    views = view_aliases(graph)
     for y, x in sorted(st.in_place.items()):
         root, size = placed[x], graph.tensor(y).nbytes
         w, rs, _, _ = span(y, before)
         out.append(Buffer(y, y, size, root.start, root.end, root.first, root.last, w,
-                          tuple(rs), "in-place", alias_of=x))
+                          tuple(rs), "view" if y in views else "in-place", alias_of=x))
     for sid in sorted(state.active):
         seg = st.segments[sid]
         for op in seg.ops:

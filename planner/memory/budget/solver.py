@@ -27,7 +27,7 @@ from planner.ir.graph import Graph
 from planner.memory.arena import aligned
 from planner.memory.assemble import tensor_plans
 from planner.memory.budget.floor import ArenaFloor
-from planner.memory.budget.materialize import NO_SMS, Material, materialize
+from planner.memory.budget.materialize import COPY_STREAMS, NO_SMS, Material, materialize
 from planner.memory.budget.search import State, cheapest_stop
 from planner.memory.decision import ConvChoice, MemoryDecision, MemoryOp, MemorySummary
 from planner.memory.layout import FreeBytes, Layout, place
@@ -97,9 +97,10 @@ def solve(state: State, placed: Placed, options: MemoryOptions, liveness_load: i
     edges = sorted(set(m.edges) | set(extra))
     seconds = [choice[i].seconds if i in choice else o.seconds for i, o in enumerate(m.ops)]
     steps = state.stash.steps
-    if steps.stream:
-        # Several compute streams: an event only where no other path orders the two ops,
-        # and kernels timed as they share the SMs and the bandwidth.
+    if steps.stream and steps.occupancy:
+        # Several GPU streams: an event only where no other path orders the two ops, and
+        # kernels timed as they share the SMs and the bandwidth. (A CPU plan's lanes, its
+        # comm lane too, run as their edges order them: `simulate`.)
         chain = stream_chains(m)
         edges = transitive_reduction(len(m.ops), set(edges) | chain, keep=chain)
         start, end = shared_times(m, seconds, edges, steps, steps.bandwidth)
@@ -330,9 +331,15 @@ def decide_memory(graph: Graph, solved: Solved) -> MemoryDecision:
                             start=float(start[i]), end=float(end[i]))
                 for i, o in enumerate(m.ops))
     step = float(end.max()) if len(end) else 0.0
-    compute = [i for i, o in enumerate(m.ops) if o.stream == 0]
+    gpu = bool(state.stash.steps.occupancy)
+    # The work: a GPU's compute stream; on a CPU every op but the copies (the collectives
+    # on its comm lane too), and no stall without copies (as planner.verify.summary counts).
+    compute = [i for i, o in enumerate(m.ops)
+               if o.stream == 0 or not gpu and o.stream not in COPY_STREAMS]
     busy = float(sum(seconds[i] for i in compute))
-    if state.stash.steps.stream:  # co-running: the time some compute stream is busy
+    if not gpu and not any(o.stream in COPY_STREAMS for o in m.ops):
+        busy = max(busy, step)
+    if gpu and state.stash.steps.stream:  # co-running: the time some compute stream is busy
         busy = busy_seconds((float(start[i]), float(end[i])) for i, o in enumerate(m.ops)
                             if o.stream not in NO_SMS)
     recompute = [i for i, o in enumerate(m.ops) if o.kind == "recompute"]
