@@ -169,7 +169,7 @@ def test_istft_round_trip_on_the_executor_as_torch(dtype):
     cot = _real(2, 64, seed=6)
 
     def run(fn, d):
-        leaf = x.to(d).requires_grad_(True)
+        leaf = x.detach().to(d).clone().requires_grad_(True)
         out = fn(leaf)
         (out * cot.to(d)).sum().backward()
         return out.detach().numpy(), leaf.grad.numpy()

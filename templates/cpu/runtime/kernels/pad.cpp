@@ -4,6 +4,8 @@
 //   Pad      out = in[src] (or value), rows in parallel
 //   PadGrad  dx = 0, then dx[src] += dy for every copied element: serial, since reflect and
 //            edge copy one input element to several outputs (a rarely large op)
+// float32 or float64 (T: the loops move and add elements of either; float64, a float64 model's
+// padding, torch's 3-D convolutions among them).
 #include <omp.h>
 
 #include <cstring>
@@ -33,11 +35,15 @@ class Pad : public Kernel {
  public:
   Pad(const Node& n, bool grad)
       : grad_(grad), in_(n.in[0].id), out_(n.out[0].id) {
-    require_f32(n);
+    if (all_f64(n)) {
+      f64_ = true;
+    } else {
+      require_f32(n);
+    }
     small_ = grad ? n.out[0].shape : n.in[0].shape;
     big_ = grad ? n.in[0].shape : n.out[0].shape;
     PadAttrs p = pad_attrs(n.attrs, small_, big_);  // common/pad.h
-    value_ = p.value;
+    value_ = n.attrs.has("value") ? n.attrs.f("value") : 0.0;  // float32 rounds it as p.value
     if (small_.empty()) {  // a scalar: one element, nothing padded
       small_ = big_ = {1};
       p.before = p.after = {0};
@@ -51,11 +57,8 @@ class Pad : public Kernel {
     rows_ = inner_ ? numel(big_) / inner_ : 0;
   }
   void run(const Run& r) override {
-    if (grad_) {
-      scatter(r.at<float>(in_), r.at<float>(out_));
-    } else {
-      gather(r.at<float>(in_), r.at<float>(out_));
-    }
+    if (f64_) return moves<double>(r);
+    moves<float>(r);
   }
 
  private:
@@ -71,34 +74,45 @@ class Pad : public Kernel {
     }
     return constant ? -1 : off;
   }
-  void gather(const float* x, float* y) const {
+  template <class T>
+  void moves(const Run& r) const {
+    if (grad_) {
+      scatter(r.at<T>(in_), r.at<T>(out_));
+    } else {
+      gather(r.at<T>(in_), r.at<T>(out_));
+    }
+  }
+  template <class T>
+  void gather(const T* x, T* y) const {
+    const T value = static_cast<T>(value_);
     const std::vector<int64_t>& last = table_.back();
     const int64_t inner = inner_;
 #pragma omp parallel for
     for (int64_t row = 0; row < rows_; ++row) {
       const int64_t b = base(row);
-      float* py = y + row * inner;
-      for (int64_t i = 0; i < inner; ++i) py[i] = b < 0 || last[i] < 0 ? value_ : x[b + last[i]];
+      T* py = y + row * inner;
+      for (int64_t i = 0; i < inner; ++i) py[i] = b < 0 || last[i] < 0 ? value : x[b + last[i]];
     }
   }
-  void scatter(const float* dy, float* dx) const {
-    std::memset(dx, 0, sizeof(float) * numel(small_));
+  template <class T>
+  void scatter(const T* dy, T* dx) const {
+    std::memset(dx, 0, sizeof(T) * numel(small_));
     const std::vector<int64_t>& last = table_.back();
     for (int64_t row = 0; row < rows_; ++row) {
       const int64_t b = base(row);
       if (b < 0) continue;
-      const float* p = dy + row * inner_;
+      const T* p = dy + row * inner_;
       for (int64_t i = 0; i < inner_; ++i)
         if (last[i] >= 0) dx[b + last[i]] += p[i];
     }
   }
 
-  bool grad_;
+  bool grad_, f64_ = false;
   int in_, out_;
   Shape small_, big_, strides_;
   std::vector<std::vector<int64_t>> table_;
   int64_t inner_ = 1, rows_ = 0;
-  float value_ = 0.f;
+  double value_ = 0.0;
 };
 
 KernelPtr pad(const Node& n) { return std::make_unique<Pad>(n, false); }
@@ -107,8 +121,8 @@ KernelPtr pad_grad(const Node& n) { return std::make_unique<Pad>(n, true); }
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(pad) {
-  r["Pad"] = pad;
-  r["PadGrad"] = pad_grad;
+  r["Pad"] = {pad, "float32|float64"};
+  r["PadGrad"] = {pad_grad, "float32|float64"};
 }
 
 }  // namespace planner
