@@ -91,6 +91,8 @@ class LayerNormF64 : public Kernel {
 // of dy, x or a statistic the places the op's reference gives it); dscale = sum(dy xhat) and
 // dbias = sum(dy) per column, over the rows in order.
 class LayerNormGradF64 : public Kernel {
+  static constexpr int64_t kBlock = 64;
+
  public:
   explicit LayerNormGradF64(const Node& n) : ids_(ids_of(n)) {
     require_f64(n, "LayerNormGrad");
@@ -121,16 +123,25 @@ class LayerNormGradF64 : public Kernel {
       for (int64_t j = 0; j < n; ++j)
         dx[row * n + j] = rstd * (dyr[j] * scale[j] - mg - (xr[j] - mu) * rstd * mgx);
     }
+    // dscale, dbias: blocks of kBlock columns, each block's rows read along them in order (one
+    // sqrt a row, not an element); every column still sums its rows in index order.
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if(size >= kGrain)
-    for (int64_t j = 0; j < n; ++j) {
-      double ds = 0, db = 0;
+    for (int64_t k = 0; k < blocks; ++k) {
+      const int64_t j0 = k * kBlock, width = std::min(kBlock, n - j0);
+      double ds[kBlock] = {}, db[kBlock] = {};
       for (int64_t row = 0; row < rows; ++row) {
-        const double rstd = 1.0 / std::sqrt(var[row] + eps);
-        ds += dy[row * n + j] * (x[row * n + j] - mean[row]) * rstd;
-        db += dy[row * n + j];
+        const double rstd = 1.0 / std::sqrt(var[row] + eps), mu = mean[row];
+        const double *dyr = dy + row * n + j0, *xr = x + row * n + j0;
+        for (int64_t j = 0; j < width; ++j) {
+          ds[j] += dyr[j] * (xr[j] - mu) * rstd;
+          db[j] += dyr[j];
+        }
       }
-      dscale[j] = ds;
-      dbias[j] = db;
+      for (int64_t j = 0; j < width; ++j) {
+        dscale[j0 + j] = ds[j];
+        dbias[j0 + j] = db[j];
+      }
     }
   }
 
