@@ -1,6 +1,8 @@
 """The CPU scratch rule of the convolutions: an upper bound, at the op's planned thread count,
 on what the CPU runtime's oneDNN 3.2 convolution kernel asks for (its layout temporaries plus
-the primitive's scratchpad), whichever of oneDNN's x86 implementations it picks.
+the primitive's scratchpad), whichever of oneDNN's x86 implementations it picks. A float64
+convolution (oneDNN has none) runs the runtime's im2col and dgemm instead: its rule is
+float64_columns_bytes per thread.
 
 The kernel (templates/cpu/runtime/kernels/conv.cpp) creates the primitive on `any` layouts and
 reorders every operand whose chosen layout is blocked into a temporary: at most one copy of each
@@ -178,6 +180,9 @@ class ConvScratch:
             return (ins if side == "in" else outs)[k]
 
         x, w, y = of("x"), of("w"), of("y")
+        if x.dtype == "float64":
+            per_thread = float64_columns_bytes(w.shape, y.shape)
+            return lambda threads: max(1, threads) * per_thread
         columns = (columns_bytes(x.shape, w.shape, y.shape)
                    if attrs.get("layout") == "columns" else 0)
         per_image = (image_columns_bytes(w.shape, y.shape)
@@ -188,6 +193,19 @@ class ConvScratch:
             tuple(attrs.get("pads") or (0, 0, 0, 0)), tuple(attrs.get("dilations") or (1, 1)))
         return lambda threads: max(columns, max(1, threads) * per_image,
                                    temps + bookings.at(max(1, threads)))
+
+
+def float64_columns_bytes(w: tuple[int, ...], y: tuple[int, ...]) -> int:
+    """The scratch of a float64 convolution's kernel (templates/cpu/runtime/kernels/
+    conv_f64.cpp: im2col and dgemm, oneDNN having no f64 convolution) per thread of its team:
+    at most one image's columns, every tap (C/groups kh kw, w's last three axes either way
+    round) at every output position (OH OW of y, the convolution's output), in doubles,
+    64-byte aligned.
+
+    >>> float64_columns_bytes((4, 3, 3, 2), (2, 4, 2, 5))
+    1472
+    """
+    return -(-w[1] * w[2] * w[3] * y[2] * y[3] * 8 // 64) * 64
 
 
 def columns_bytes(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]) -> int:

@@ -1,13 +1,16 @@
 """float64 on the CPU executor: the kernels that declare it against the numpy reference in
-float64, a float64 physics-informed MLP trained through both torch doors against torch in
+float64 (the MLP's, and the convolutions', normalisations', softmaxes', gathers' and
+scatters', which tests/codegen/test_float64_layers.py also holds to torch through the front
+end), a float64 physics-informed MLP trained through both torch doors against torch in
 float64, an op without a float64 kernel refused in one line, and embedding lookups of
 int32 / int16 / int8 / uint8 ids bit for bit.
 
 Tolerances, from float64 rounding (u = 2^-53, 1.1e-16):
   - a kernel's element is a few roundings (u each) or libm's tanh / exp / erf (<= 2 ulp), or a
-    sum of at most a few hundred terms (<= n u of the terms' magnitudes, summed in another
-    order than numpy's): 1e-12 of the output's largest |value| is ~10^4 u, room for those and
-    for the cancellation of a sum, far below any real error (a wrong term shows at 1e-2);
+    sum of at most a few hundred terms (a convolution's taps, a normalised row or channel:
+    <= n u of the terms' magnitudes, summed in another order than numpy's): 1e-12 of the
+    output's largest |value| is ~10^4 u, room for those and for the cancellation of a sum,
+    far below any real error (a wrong term shows at 1e-2);
   - five Adam steps of a 3-layer tanh MLP: each step's gradients carry ~10 u (the GEMMs'
     sums of <= 64 terms in BLAS's order against MKL's), and Adam divides m by sqrt(v): in the
     first steps (m / sqrt v ~ g / |g|) that ratio's relative error is that of g, so a
@@ -36,9 +39,11 @@ F = torch.nn.functional
 
 F64_TOL = 1e-12
 LR = 2.0 ** -10
-# The ops a float64 MLP's step runs (and their neighbours with float64 kernels).
+# The ops with float64 kernels: an MLP's step, convolutions, normalisations, softmaxes and their
+# neighbours, and the gathers and scatters of float64 values by int64 indices.
 F64_OPS = frozenset(op for op, sets in RUNTIMES["cpu"].kernel_dtypes.items()
-                    if frozenset({"float64"}) in sets or frozenset({"float32", "float64"}) in sets)
+                    if set(sets) & {frozenset({"float64"}), frozenset({"float32", "float64"}),
+                                    frozenset({"float64", "int64"})})
 
 
 def _as_f64(op: str, xs: list[np.ndarray]) -> list[np.ndarray] | None:

@@ -4,7 +4,9 @@ gradient of a real-in, real-out program, on the reference interpreter, held to t
 with torch's float32 noise as the tolerance: opinfo_cases.check_call); long transforms against
 numpy's float64 FFT within the dense DFT's float32 summation bound; FNet's token mixing and a
 rotary-embedding attention trained through planner.torch.trainer and run through
-torch.compile(backend="planner") as eager does; and the one-line refusals."""
+torch.compile(backend="planner") as eager does; torch.istft (forward and gradient on the
+reference interpreter, and an stft/istft round trip on the CPU executor in float32 and
+float64); and the one-line refusals."""
 
 from __future__ import annotations
 
@@ -76,6 +78,23 @@ CASES = {
     "stft_magnitude": (lambda x: torch.stft(x, n_fft=8, hop_length=2,
                                             window=torch.hann_window(8),
                                             return_complex=True).abs(), _real(2, 40)),
+    # istft: irfft of each frame, the window, overlap-add, divided by the window's envelope,
+    # the centre padding cut (torch's decomposition, its index arithmetic folded at import)
+    "istft": (lambda z: torch.istft(vc(z), n_fft=8, hop_length=2, window=torch.hann_window(8)),
+              _real(2, 5, 21, 2, seed=3)),
+    "istft_win_length_length": (lambda z: torch.istft(vc(z), n_fft=8, hop_length=3,
+                                                      win_length=6, window=torch.hann_window(6),
+                                                      length=50, normalized=True),
+                                _real(2, 5, 17, 2, seed=3)),
+    "istft_two_sided": (lambda z: torch.istft(vc(z), n_fft=8, hop_length=2, onesided=False,
+                                              window=torch.hann_window(8)),
+                        _real(2, 8, 21, 2, seed=3)),
+    "istft_of_stft": (lambda x: torch.istft(torch.stft(x, n_fft=16, hop_length=4,
+                                                       window=torch.hann_window(16),
+                                                       return_complex=True),
+                                            n_fft=16, hop_length=4,
+                                            window=torch.hann_window(16), length=60),
+                      _real(3, 60, seed=4)),
 }
 
 
@@ -129,6 +148,43 @@ def test_dft_matrices_are_numpys_transforms():
     half = np.eye(n // 2 + 1)
     np.testing.assert_allclose(c2r[:, 0], np.fft.irfft(half, n) * n, atol=1e-12)
     np.testing.assert_allclose(c2r[:, 1], np.fft.irfft(1j * half, n) * n, atol=1e-12)
+
+
+def _istft_round_trip(x):
+    window = torch.hann_window(16, dtype=x.dtype)
+    spectrum = torch.stft(x, n_fft=16, hop_length=4, window=window, return_complex=True)
+    return torch.istft(spectrum * 2, n_fft=16, hop_length=4, window=window, length=x.shape[-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_istft_round_trip_on_the_executor_as_torch(dtype):
+    """stft then istft (a spectrum scaled by 2: the signal back, doubled) through
+    torch.compile(backend="planner") on the CPU executor, forward and the gradient of the
+    signal against torch: float32 within its noise over torch float64 (opinfo_cases.compare);
+    float64 to 1e-12 of the largest value (each sample a dense DFT's sums of 16 terms, twice,
+    and an overlap of 4 frames: ~10^2 u)."""
+    from tests.helpers.compile_cases import compiled
+
+    x = _real(2, 64, seed=5)
+    cot = _real(2, 64, seed=6)
+
+    def run(fn, d):
+        leaf = x.detach().to(d).clone().requires_grad_(True)
+        out = fn(leaf)
+        (out * cot.to(d)).sum().backward()
+        return out.detach().numpy(), leaf.grad.numpy()
+
+    got = run(compiled(_istft_round_trip, fallback=False), dtype)
+    want64 = run(_istft_round_trip, torch.float64)
+    np.testing.assert_allclose(want64[0], 2 * x.double().numpy(), atol=1e-12)  # the identity
+    if dtype == torch.float64:
+        for ours, want in zip(got, want64, strict=True):
+            assert ours.dtype == np.float64
+            assert np.abs(ours - want).max() <= 1e-12 * np.abs(want).max()
+        return
+    want32 = run(_istft_round_trip, torch.float32)
+    for what, ours, t32, t64 in zip(("output", "gradient"), got, want32, want64, strict=True):
+        assert not compare(what, ours, t32, t64)
 
 
 # ---- refusals --------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ VIEWS = frozenset({
     "aten.constant_pad_nd.default", "aten.tril.default", "aten.triu.default",
     "aten.diagonal.default", "aten.movedim.int", "aten.lift_fresh_copy.default",
     "aten.detach.default", "aten.copy.default", "aten.view_as.default",
-    "aten.expand_as.default", "aten.type_as.default",
+    "aten.expand_as.default", "aten.type_as.default", "aten.unfold.default",
 })
 FACTORIES = frozenset({
     "aten.arange.default", "aten.arange.start", "aten.arange.start_step",

@@ -45,6 +45,7 @@
 #include "../dnnl_kernel.h"
 #include "../fused_relu.h"
 #include "norm.h"
+#include "norms_f64.h"
 
 namespace planner {
 namespace {
@@ -586,6 +587,7 @@ KernelPtr batch_norm_any(const Node& n) {
 }
 
 KernelPtr batch_norm(const Node& n) {
+  if (n.in[0].dtype == F64) return batch_norm_f64(n);  // norms_f64.cpp
   const bool training = batch_norm_attrs(n.attrs).training;
   const size_t ins = n.in.size() == 6 ? 6 : 5;  // a folded residual: x's shape, input 5
   if (training)
@@ -679,6 +681,7 @@ KernelPtr batch_norm_grad_training(const Node& n) {
 }
 
 KernelPtr batch_norm_grad(const Node& n) {
+  if (n.in[0].dtype == F64) return batch_norm_grad_f64(n);  // norms_f64.cpp
   const bool training = batch_norm_attrs(n.attrs).training;
   // (a folded Relu or LeakyRelu alike)
   const bool relu = FoldedActivation(n.attrs, "BatchNormGrad").kind != FoldedActivation::kNone;
@@ -698,8 +701,8 @@ KernelPtr batch_norm_grad(const Node& n) {
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(batch_norm) {
-  r["BatchNorm"] = batch_norm;
-  r["BatchNormGrad"] = batch_norm_grad;
+  r["BatchNorm"] = {batch_norm, "float32|float64"};
+  r["BatchNormGrad"] = {batch_norm_grad, "float32|float64"};
 }
 
 }  // namespace planner

@@ -2,7 +2,8 @@
 // Conv2DBackpropFilter (backward weights), ConvTranspose2D (deconvolution forward). Tensors are
 // plain NCHW and OIHW (IOHW for transposed weights); grouped weights are the same bytes seen as
 // [G, O/G, I/G, kh, kw]. Attrs: strides, pads [top, left, bottom, right], dilations, groups
-// (common/conv.h reads them for both backends).
+// (common/conv.h reads them for both backends). A float64 node (any of the four) runs
+// conv_f64.cpp's im2col and dgemm: oneDNN 3.2 has no f64 convolution.
 //
 // A Conv2D carrying a folded bias and Relu (planner/frontend/passes/fold_conv_bias.py) gives the bias to
 // the primitive as its bias argument (added to each output block as the kernel writes it), and
@@ -49,6 +50,7 @@
 #include "../weight_layouts.h"
 #include "conv.h"
 #include "conv_columns.h"
+#include "conv_f64.h"
 #include "filter_grads.h"
 
 namespace planner {
@@ -305,6 +307,7 @@ ForwardConv forward_conv(const Node& n) {
 
 // [x, w] or [x, w, bias] -> y
 KernelPtr conv2d(const Node& n) {
+  if (n.out[0].dtype == F64) return conv2d_f64(n);
   if (on_columns(n)) return columns_conv2d(n);
   ForwardConv f = forward_conv(n);
   KernelPtr conv = kept_or_plain(n, n.in[1].id, f.inputs[1].plain, [&](const memory::desc& w) {
@@ -317,6 +320,7 @@ KernelPtr conv2d(const Node& n) {
 
 // [dy, w] -> dx of shape input_shape.
 KernelPtr conv2d_backprop_input(const Node& n) {
+  if (n.out[0].dtype == F64) return conv2d_backprop_input_f64(n);
   if (on_columns(n)) return columns_conv2d_backprop_input(n);
   if (on_image_columns(n)) return image_columns_data_gradient(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
@@ -359,6 +363,7 @@ FilterGradPd filter_grad_pd(const Node& n) {
 }
 
 KernelPtr conv2d_backprop_filter(const Node& n) {
+  if (n.out[0].dtype == F64) return conv2d_backprop_filter_f64(n);
   if (on_columns(n)) return columns_conv2d_backprop_filter(n, SIZE_MAX);  // the plan's rule
   const TensorRef &x = n.in[0], &dy = n.in[1], &dw = n.out[0];
   FilterGradPd f = filter_grad_pd(n);
@@ -382,6 +387,7 @@ KernelPtr conv2d_backprop_filter(const Node& n) {
 // output_padding extends the bottom/right: it lowers oneDNN's right padding. On `any` layouts
 // like the convolutions: on the plain ones oneDNN ran it as a GEMM (conv:any+gemm:jit).
 KernelPtr conv_transpose2d(const Node& n) {
+  if (n.out[0].dtype == F64) return conv_transpose2d_f64(n);
   if (on_image_columns(n)) return image_columns_data_gradient(n);
   DnnlConvGeometry g = dnnl_conv_geometry(n);
   auto op = n.attrs.ints("output_padding");
@@ -423,6 +429,7 @@ KernelPtr conv_transpose2d(const Node& n) {
 
 std::optional<memory::desc> conv_kernel_weights(const Node& n) {
   const std::string op = n.spec->op;
+  if (n.out[0].dtype == F64) return std::nullopt;  // conv_f64.cpp reads weights as they lie
   if (op == "Conv2D" && !on_columns(n))
     return forward_conv(n).pd.query_md(dnnl::query::exec_arg_md, DNNL_ARG_WEIGHTS);
   if (op != "Conv2DBackpropFilter" || on_columns(n)) return std::nullopt;
@@ -432,10 +439,10 @@ std::optional<memory::desc> conv_kernel_weights(const Node& n) {
 }
 
 PLANNER_REGISTER_KERNELS(conv) {
-  r["Conv2D"] = conv2d;
-  r["Conv2DBackpropInput"] = conv2d_backprop_input;
-  r["Conv2DBackpropFilter"] = conv2d_backprop_filter;
-  r["ConvTranspose2D"] = conv_transpose2d;
+  r["Conv2D"] = {conv2d, "float32|float64"};
+  r["Conv2DBackpropInput"] = {conv2d_backprop_input, "float32|float64"};
+  r["Conv2DBackpropFilter"] = {conv2d_backprop_filter, "float32|float64"};
+  r["ConvTranspose2D"] = {conv_transpose2d, "float32|float64"};
 }
 
 }  // namespace planner

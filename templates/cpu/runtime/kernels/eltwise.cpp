@@ -25,6 +25,7 @@
 #include "../loops.h"
 #include "../vmath.h"
 #include "integer.h"
+#include "norms_f64.h"
 
 namespace planner {
 namespace {
@@ -310,6 +311,7 @@ class SoftmaxGrad : public Kernel {
 };
 
 KernelPtr softmax_grad(const Node& n) {
+  if (n.in[0].dtype == F64) return softmax_grad_f64(n);  // norms_f64.cpp
   if (all_f32(n)) return std::make_unique<SoftmaxGrad>(n);
   auto md = plain_md(n.in[0].shape, n.in[0].dtype);
   int axis = norm_axis(n.attrs.i("axis"), n.in[0].shape.size());
@@ -333,7 +335,7 @@ PLANNER_REGISTER_KERNELS(eltwise) {
   r["Scale"] = {scale, "float32|float64"};
   r["TanhGrad"] = {tanh_grad, "float32|float64"};
   r["SigmoidGrad"] = {sigmoid_grad, "float32|float64"};
-  r["SoftmaxGrad"] = softmax_grad;
+  r["SoftmaxGrad"] = {softmax_grad, "float32|float64"};
   r["Sqrt"] = {sqrt_, "float32|float64"};
   r["Abs"] = {abs_, "float32|float64|int64|int32|int16|int8|uint8"};
   r["Softplus"] = softplus;

@@ -1,5 +1,6 @@
 // IndexGather and IndexScatter (planner/ops/index.py), plain OpenMP loops over the lines of
-// common/index.h.
+// common/index.h, on float32 or float64 values (T; float64: torch.istft's overlap-add in a
+// float64 model). IndexScatterGrad is float32's alone.
 // - Every index is checked before anything is read or written: one out of range is a
 //   StepError naming it and the range (the executor adds the node).
 // - IndexScatter gives each thread whole lines (elements mode) or a column block of every
@@ -36,6 +37,19 @@ void check_index(const int64_t* index, int64_t count, const IndexGeometry& g) {
 
 int64_t index_count(const IndexGeometry& g) { return g.rows ? g.m : g.lines * g.m; }
 
+// The gather's and the scatter's operands: values of T (float32 or float64), int64 indices.
+template <class T>
+void require_index_operands(const Node& n) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    require_f32(n);
+  } else {
+    for (const auto* side : {&n.in, &n.out})
+      for (const TensorRef& t : *side)
+        if (t.dtype != F64 && t.dtype != I64)
+          throw std::runtime_error("this kernel takes float64 values and int64 indices");
+  }
+}
+
 // Elements mode's lines in blocks of neighbouring columns (lines of one index row's outer
 // coordinates): block t is lines o * li + [c0, c1), its x offsets (IndexGeometry::base) in
 // `base`. Blocks are sized for the team; the bits do not depend on them (the header).
@@ -57,19 +71,20 @@ struct ColumnBlocks {
   }
 };
 
+template <class T>
 class IndexGather : public Kernel {
  public:
   explicit IndexGather(const Node& n)
       : g_(index_geometry(n)), x_(n.in[0].id), i_(n.in[1].id), y_(n.out[0].id) {
-    require_f32(n);
+    require_index_operands<T>(n);
   }
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
     if (fed[i_]) check_index(r.at<int64_t>(i_), index_count(g_), g_);
   }
   void run(const Run& r) override {
-    const float* x = r.at<float>(x_);
+    const T* x = r.template at<T>(x_);
     const int64_t* idx = r.at<int64_t>(i_);
-    float* y = r.at<float>(y_);
+    T* y = r.template at<T>(y_);
     const IndexGeometry& g = g_;
     check_index(idx, index_count(g), g);
     const int64_t m = g.m, n = g.n, inner = g.inner;
@@ -78,7 +93,7 @@ class IndexGather : public Kernel {
 #pragma omp parallel for if(rows * inner >= kGrain)
       for (int64_t k = 0; k < rows; ++k) {
         const int64_t o = k / m, j = k % m;
-        std::memcpy(y + k * inner, x + (o * n + g.take(idx[j])) * inner, inner * sizeof(float));
+        std::memcpy(y + k * inner, x + (o * n + g.take(idx[j])) * inner, inner * sizeof(T));
       }
       return;
     }
@@ -101,8 +116,8 @@ class IndexGather : public Kernel {
   int x_, i_, y_;
 };
 
-template <IndexReduce R>
-inline float combine(float a, float s) {
+template <IndexReduce R, class T>
+inline T combine(T a, T s) {
   if constexpr (R == IndexReduce::kNone) {
     return s;
   } else if constexpr (R == IndexReduce::kSum || R == IndexReduce::kMean) {
@@ -116,12 +131,12 @@ inline float combine(float a, float s) {
   }
 }
 
-template <IndexReduce R>
-constexpr float identity() {
-  if constexpr (R == IndexReduce::kProd) return 1.0f;
-  if constexpr (R == IndexReduce::kMax) return -std::numeric_limits<float>::infinity();
-  if constexpr (R == IndexReduce::kMin) return std::numeric_limits<float>::infinity();
-  return 0.0f;
+template <IndexReduce R, class T>
+constexpr T identity() {
+  if constexpr (R == IndexReduce::kProd) return T(1);
+  if constexpr (R == IndexReduce::kMax) return -std::numeric_limits<T>::infinity();
+  if constexpr (R == IndexReduce::kMin) return std::numeric_limits<T>::infinity();
+  return T(0);
 }
 
 // One line's writes: element j of the gathered side (src at sbase + j * sstep, its index at
@@ -130,22 +145,22 @@ struct Line {
   int64_t xbase, sbase, sstep, ibase, istep, width;
 };
 
-template <IndexReduce R>
-void scatter_line(const IndexGeometry& g, const Line& l, const int64_t* idx, const float* src,
-                  float value, bool include_self, float* out, int64_t* count) {
+template <IndexReduce R, class T>
+void scatter_line(const IndexGeometry& g, const Line& l, const int64_t* idx, const T* src,
+                  T value, bool include_self, T* out, int64_t* count) {
   const int64_t m = g.m, xstep = g.inner, w = l.width;
   auto place = [&](int64_t j) { return l.xbase + g.take(idx[l.ibase + j * l.istep]) * xstep; };
   if constexpr (R != IndexReduce::kNone) {
     if (!include_self)
-      for (int64_t j = 0; j < m; ++j) std::fill_n(out + place(j), w, identity<R>());
+      for (int64_t j = 0; j < m; ++j) std::fill_n(out + place(j), w, identity<R, T>());
   }
   for (int64_t j = 0; j < m; ++j) {
-    float* p = out + place(j);
+    T* p = out + place(j);
     if (src) {
-      const float* s = src + l.sbase + j * l.sstep;
-      for (int64_t c = 0; c < w; ++c) p[c] = combine<R>(p[c], s[c]);
+      const T* s = src + l.sbase + j * l.sstep;
+      for (int64_t c = 0; c < w; ++c) p[c] = combine<R, T>(p[c], s[c]);
     } else {
-      for (int64_t c = 0; c < w; ++c) p[c] = combine<R>(p[c], value);
+      for (int64_t c = 0; c < w; ++c) p[c] = combine<R, T>(p[c], value);
     }
   }
   if constexpr (R == IndexReduce::kMean) {
@@ -153,23 +168,24 @@ void scatter_line(const IndexGeometry& g, const Line& l, const int64_t* idx, con
     for (int64_t j = 0; j < m; ++j) {
       const int64_t v = g.take(idx[l.ibase + j * l.istep]);
       if (count[v] == 0) continue;  // divided already
-      const float d = static_cast<float>(count[v] + (include_self ? 1 : 0));
-      float* p = out + l.xbase + v * xstep;
+      const T d = static_cast<T>(count[v] + (include_self ? 1 : 0));
+      T* p = out + l.xbase + v * xstep;
       for (int64_t c = 0; c < w; ++c) p[c] /= d;
       count[v] = 0;
     }
   }
 }
 
+template <class T>
 class IndexScatter : public Kernel {
  public:
   explicit IndexScatter(const Node& n)
       : g_(index_geometry(n)), x_(n.in[0].id), i_(n.in[1].id),
         src_(n.in.size() > 2 ? n.in[2].id : -1), out_(n.out[0].id), size_(n.out[0].size()),
-        value_(n.attrs.has("value") ? static_cast<float>(n.attrs.f("value")) : 0.0f),
+        value_(n.attrs.has("value") ? static_cast<T>(n.attrs.f("value")) : T(0)),
         reduce_(index_reduce(n.attrs.s("reduce"))), include_self_(n.attrs.b("include_self")),
         team_(std::max(1, n.threads)) {
-    require_f32(n);
+    require_index_operands<T>(n);
   }
   size_t scratch_bytes() const override {
     return reduce_ == IndexReduce::kMean ? sizeof(int64_t) * team_ * g_.n : 0;
@@ -180,8 +196,8 @@ class IndexScatter : public Kernel {
   void run(const Run& r) override {
     const int64_t* idx = r.at<int64_t>(i_);
     check_index(idx, index_count(g_), g_);
-    float* out = r.at<float>(out_);
-    if (r.ptr[x_] != r.ptr[out_]) std::memcpy(out, r.at<float>(x_), size_ * sizeof(float));
+    T* out = r.template at<T>(out_);
+    if (r.ptr[x_] != r.ptr[out_]) std::memcpy(out, r.template at<T>(x_), size_ * sizeof(T));
     switch (reduce_) {
       case IndexReduce::kNone: return scatter<IndexReduce::kNone>(r, idx, out);
       case IndexReduce::kSum: return scatter<IndexReduce::kSum>(r, idx, out);
@@ -194,10 +210,10 @@ class IndexScatter : public Kernel {
 
  private:
   template <IndexReduce R>
-  void scatter(const Run& r, const int64_t* idx, float* out) const {
+  void scatter(const Run& r, const int64_t* idx, T* out) const {
     const IndexGeometry& g = g_;
-    const float* src = src_ >= 0 ? r.at<float>(src_) : nullptr;
-    const float value = value_;
+    const T* src = src_ >= 0 ? r.template at<T>(src_) : nullptr;
+    const T value = value_;
     const bool self = include_self_;
     const int team = std::min(team_, std::max(1, r.threads));
     int64_t* counts = reinterpret_cast<int64_t*>(r.scratch);
@@ -212,7 +228,7 @@ class IndexScatter : public Kernel {
         const int64_t o = t / blocks, b = t % blocks;
         const int64_t c0 = inner * b / blocks, c1 = inner * (b + 1) / blocks;
         const Line l{o * n * inner + c0, o * m * inner + c0, inner, 0, 1, c1 - c0};
-        scatter_line<R>(g, l, idx, src, value, self, out, counts + omp_get_thread_num() * n);
+        scatter_line<R, T>(g, l, idx, src, value, self, out, counts + omp_get_thread_num() * n);
       }
       return;
     }
@@ -222,7 +238,7 @@ class IndexScatter : public Kernel {
       for (int64_t line = 0; line < g.lines; ++line) {
         const int64_t s = (line / li) * m * li + line % li;
         const Line l{g.base(line), s, li, s, li, 1};
-        scatter_line<R>(g, l, idx, src, value, self, out, counts + omp_get_thread_num() * n);
+        scatter_line<R, T>(g, l, idx, src, value, self, out, counts + omp_get_thread_num() * n);
       }
     } else {
       const ColumnBlocks blocks(g, team);
@@ -236,12 +252,12 @@ class IndexScatter : public Kernel {
         };
         if (R != IndexReduce::kNone && !self)
           for (int64_t j = 0; j < m; ++j)
-            for (int64_t c = c0; c < c1; ++c) *place((o * m + j) * li, c) = identity<R>();
+            for (int64_t c = c0; c < c1; ++c) *place((o * m + j) * li, c) = identity<R, T>();
         for (int64_t j = 0; j < m; ++j) {
           const int64_t s = (o * m + j) * li;
           for (int64_t c = c0; c < c1; ++c) {
-            float* p = place(s, c);
-            *p = combine<R>(*p, src ? src[s + c] : value);
+            T* p = place(s, c);
+            *p = combine<R, T>(*p, src ? src[s + c] : value);
           }
         }
       }
@@ -251,7 +267,7 @@ class IndexScatter : public Kernel {
   IndexGeometry g_;
   int x_, i_, src_, out_;
   int64_t size_;
-  float value_;
+  T value_;
   IndexReduce reduce_;
   bool include_self_;
   int team_;
@@ -351,15 +367,21 @@ class IndexScatterGrad : public Kernel {
   int team_;
 };
 
-KernelPtr index_gather(const Node& n) { return std::make_unique<IndexGather>(n); }
-KernelPtr index_scatter(const Node& n) { return std::make_unique<IndexScatter>(n); }
+KernelPtr index_gather(const Node& n) {
+  if (n.out[0].dtype == F64) return std::make_unique<IndexGather<double>>(n);
+  return std::make_unique<IndexGather<float>>(n);
+}
+KernelPtr index_scatter(const Node& n) {
+  if (n.out[0].dtype == F64) return std::make_unique<IndexScatter<double>>(n);
+  return std::make_unique<IndexScatter<float>>(n);
+}
 KernelPtr index_scatter_grad(const Node& n) { return std::make_unique<IndexScatterGrad>(n); }
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(index) {
-  r["IndexGather"] = index_gather;
-  r["IndexScatter"] = index_scatter;
+  r["IndexGather"] = {index_gather, "float32,int64|float64,int64"};
+  r["IndexScatter"] = {index_scatter, "float32,int64|float64,int64"};
   r["IndexScatterGrad"] = index_scatter_grad;
 }
 

@@ -2,8 +2,10 @@
 // and variance the backward reads) and backward (diff_src, diff_scale, diff_shift). The op
 // normalises over the axes from `axis` on; oneDNN normalises over the last axis, so x is viewed
 // as (rows, n) with n the product of the normalised axes, scale and bias as (n), stats as (rows).
+// float64: norms_f64.cpp's loops (oneDNN 3.2 has no f64 layer normalization).
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "norms_f64.h"
 
 namespace planner {
 namespace {
@@ -29,6 +31,7 @@ dnnl::layer_normalization_forward::primitive_desc forward_pd(const Node& n, cons
 
 // [x, scale, bias?] -> [y, mean, var]
 KernelPtr layer_norm(const Node& n) {
+  if (n.in[0].dtype == F64) return layer_norm_f64(n);
   require_f32(n);
   const View v = view(n, n.in[0]);
   const bool shift = n.in.size() > 2;
@@ -44,6 +47,7 @@ KernelPtr layer_norm(const Node& n) {
 
 // [dy, x, scale, mean, var] -> [dx, dscale, dbias]
 KernelPtr layer_norm_grad(const Node& n) {
+  if (n.in[0].dtype == F64) return layer_norm_grad_f64(n);
   require_f32(n);
   const View v = view(n, n.in[1]);
   const flags f = flags::use_scale | flags::use_shift;
@@ -66,8 +70,8 @@ KernelPtr layer_norm_grad(const Node& n) {
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(layer_norm) {
-  r["LayerNorm"] = layer_norm;
-  r["LayerNormGrad"] = layer_norm_grad;
+  r["LayerNorm"] = {layer_norm, "float32|float64"};
+  r["LayerNormGrad"] = {layer_norm_grad, "float32|float64"};
 }
 
 }  // namespace planner

@@ -13,6 +13,7 @@
 
 #include "../dnnl_kernel.h"
 #include "../loops.h"
+#include "norms_f64.h"
 
 namespace planner {
 namespace {
@@ -114,14 +115,20 @@ class LogSoftmax : public Kernel {
   int64_t outer_ = 1, inner_ = 1, len_ = 1;
 };
 
-KernelPtr softmax(const Node& n) { return std::make_unique<Softmax>(n, false); }
-KernelPtr log_softmax(const Node& n) { return std::make_unique<LogSoftmax>(n); }
+KernelPtr softmax(const Node& n) {
+  if (n.in[0].dtype == F64) return softmax_f64(n);  // norms_f64.cpp
+  return std::make_unique<Softmax>(n, false);
+}
+KernelPtr log_softmax(const Node& n) {
+  if (n.in[0].dtype == F64) return log_softmax_f64(n);
+  return std::make_unique<LogSoftmax>(n);
+}
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(softmax) {
-  r["Softmax"] = softmax;
-  r["LogSoftmax"] = log_softmax;
+  r["Softmax"] = {softmax, "float32|float64"};
+  r["LogSoftmax"] = {log_softmax, "float32|float64"};
 }
 
 }  // namespace planner
