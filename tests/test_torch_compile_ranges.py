@@ -80,6 +80,7 @@ def test_many_batch_sizes_plan_a_few_ranges_keep_a_bounded_set_and_are_told_once
     piece._LARGEST.clear()
     piece._DISTINCT.clear()
     piece._KEPT.clear()
+    piece._LET_GO.clear()
     net = compiled(model, lanes=False, kept_calls=4)
     before = set(executors._POOLS)  # (other tests' pools, alive while their models are)
     with warnings.catch_warnings(record=True) as said:
@@ -93,9 +94,16 @@ def test_many_batch_sizes_plan_a_few_ranges_keep_a_bounded_set_and_are_told_once
     # Ranges up to the first size, then 32 at most (powers of two past it): forward and
     # backward each.
     assert planned() <= 2 * 3
-    assert len(piece._KEPT) <= 4
+    # Executors for the 4 most recent signatures (and each range's arena owners); the plans
+    # of 4 x 4 more kept, their executors let go; the rest let go whole.
+    assert len(piece._KEPT) <= 4 and len(piece._LET_GO) <= piece.PLANS_PER_CALL * 4
     gc.collect()
-    assert len(set(executors._POOLS) - before) <= 2 * 4
+    pools = [p for k, p in executors._POOLS.items() if k not in before]
+    assert len(pools) <= 2 * 4 * (1 + piece.PLANS_PER_CALL)
+    slots = {id(p._slots): p._slots for p in pools if p._slots is not None}
+    owners = {id(s.owner) for r in slots.values() for s in r.idle()}
+    held = {id(e) for p in pools for e in p.idle()}
+    assert len(held - owners) <= 2 * 4
     churn = [w for w in said if issubclass(w.category, piece.ShapeChurn)]
     assert len(churn) == 1 and "call it first with the largest shapes" in str(churn[0].message)
 

@@ -29,8 +29,10 @@
   each computing the same bits (the trainer's `adaptive`: a busy host's planned calls choose
   their cores and lanes as the trainer's steps do); False: the main schedule always;
 - kept_calls: planned call signatures (shapes, which inputs need gradients) whose executors
-  the process keeps, least recently called dropped first (default 32; a dropped one's next
-  call makes its executors again from its kept build: no planning, no build);
+  the process keeps, least recently called let go first (default 32; a let-go one's next
+  call makes its executors again from its kept build: no planning, no build); the plans of
+  4 times as many more are kept too (a call past those imports and plans again, building
+  nothing);
 - out_dir: where executors' sources go (default: the cache folder's packages/, $PLANNER_CACHE
   or ~/.cache/planner, one folder per plan by its digest, found there by any later process:
   nothing compiled again, nothing left in $TMPDIR; bounded by $PLANNER_CACHE_MAX_BYTES,

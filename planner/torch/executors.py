@@ -527,6 +527,17 @@ class ExecutorPool:
             self.size += 1
         return ex
 
+    def let_go(self) -> None:
+        """Its idle executors let go (a later lease makes them again: no plan, no build); an
+        executor that owns a range's arena stays, with the arena."""
+        if self._slots is not None:
+            for slot in self._slots.idle():
+                if slot.on.get(self) is not slot.owner:
+                    slot.on.pop(self, None)
+            return
+        with self._lock:
+            self._idle.clear()
+
     def idle(self) -> tuple[Any, ...]:
         """The executors not leased now."""
         if self._slots is not None:

@@ -67,9 +67,37 @@ class PlannerFallback(UserWarning):
 
 
 # Every planned call signature of every piece, least recently called first: beyond the options'
-# kept_calls, the oldest's executors are let go (a later call of it makes them again, from
-# the build kept by its plan's digest or its range's: no planning, no build).
+# kept_calls, the oldest's executors are let go (_LET_GO: a later call of it makes them again
+# on its range's arena, or from the build kept by its plan's digest: no planning, no build);
+# beyond PLANS_PER_CALL times as many, its plans too (a later call imports and plans it again,
+# building nothing). A run of dynamic padding comes back to its lengths in any order: its
+# calls' plans (its import, gradient and step graphs) are what a new length costs, its
+# executors (kernels, lane threads) what it holds.
 _KEPT: OrderedDict[tuple[int, tuple], weakref.ref] = OrderedDict()
+_LET_GO: OrderedDict[tuple[int, tuple], weakref.ref] = OrderedDict()
+PLANS_PER_CALL = 4
+
+
+def _keep(piece: Piece, key: tuple) -> None:
+    """`piece`'s call signature `key` the most recently used; the least recently used past
+    the bounds let go (_KEPT)."""
+    _LET_GO.pop((id(piece), key), None)
+    _KEPT[(id(piece), key)] = weakref.ref(piece)  # (a piece Dynamo lets go is not kept)
+    _KEPT.move_to_end((id(piece), key))
+    while len(_KEPT) > piece.options.kept_calls:  # the least recently used call's executors
+        (owner_id, old), ref = _KEPT.popitem(last=False)
+        owner = ref()
+        run = owner.runs.get(old) if owner is not None else None
+        if isinstance(run, _Training):
+            run.let_go()
+            _LET_GO[(owner_id, old)] = ref
+        elif owner is not None:
+            forget(*_executors_of(owner.runs.pop(old, None)))
+    while len(_LET_GO) > PLANS_PER_CALL * piece.options.kept_calls:  # and their plans
+        (_, old), ref = _LET_GO.popitem(last=False)
+        owner = ref()
+        if owner is not None:
+            forget(*_executors_of(owner.runs.pop(old, None)))
 
 
 class DoubleBackward(RuntimeError):
@@ -115,13 +143,7 @@ class Piece:
             if priced.provisional:
                 self.provisional[key] = priced.provisional
         run = self.runs[key]
-        _KEPT[(id(self), key)] = weakref.ref(self)  # (a piece Dynamo lets go is not kept)
-        _KEPT.move_to_end((id(self), key))
-        while len(_KEPT) > self.options.kept_calls:  # the least recently used call's executors
-            (_, old), ref = _KEPT.popitem(last=False)
-            owner = ref()
-            dropped = owner.runs.pop(old, None) if owner is not None else None
-            forget(*_executors_of(dropped))
+        _keep(self, key)
         if run is None:
             return self.gm(*args)
         return realiased(run(args), self.aliases)
@@ -448,6 +470,12 @@ class _Training:
 
     def release(self) -> None:
         self.forward = self.backward = None
+
+    def let_go(self) -> None:
+        """The executors its pools hold idle let go (kernels, lane threads); its plans kept."""
+        for pool in (self.forward, self.backward):
+            if pool is not None:
+                pool.let_go()
 
     def __call__(self, args: Sequence[Any]) -> tuple:
         import torch
