@@ -10,8 +10,9 @@ replanK.json (measure_later.Replan: a plan to make and build from the measuremen
 the next process by its name). The folder is removed at the end; on failure it is left, with
 log.txt, for the parent to read, unless the parent is gone. AFTER_PID: a child started as its
 parent ended (0: none to wait for), which waits for that process (the child before it) to end
-first. The replans are built by a child whose parent is gone or that its parent started at its
-end: a parent still running plans the same graphs itself when it sees the job end.
+first. Each child builds its replans before it ends: a parent still running plans the same
+graphs again itself when it sees the job end, from the same store, and finds their packages by
+name, so no build of a measured plan lands on its steps.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import warnings
 from pathlib import Path
 
 
-def measure(folder: Path, parent: int, at_exit: bool) -> None:
+def measure(folder: Path) -> None:
     import numpy as np
 
     from codegen.build import runtime_key
@@ -49,10 +50,9 @@ def measure(folder: Path, parent: int, at_exit: bool) -> None:
         host_table(graphs, target, measure_signatures, progress=sys.stdout, corun=corun,
                    kernels=runtime_key())
         k += 1
-    if at_exit or os.getppid() != parent:
-        # A parent still running plans these graphs again itself when it sees the job end
-        # (and builds them); its last child builds what it leaves, after it ends.
-        build_ahead(folder, target)
+    # Before the job ends: a parent still running plans these graphs again when it sees the
+    # end, and then loads what is built here (its compile off the steps' critical path).
+    build_ahead(folder, target)
 
 
 def build_ahead(folder: Path, target) -> None:
@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     if at_exit and int(argv[2]):  # after the child before it, not beside
         _wait_for(int(argv[2]))
     try:
-        measure(folder, parent, at_exit)
+        measure(folder)
     except BaseException:  # noqa: BLE001 - told to the parent through the log
         traceback.print_exc(file=sys.stdout)
         sys.stdout.flush()

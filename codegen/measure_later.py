@@ -17,12 +17,12 @@ writers) and, if the script ends first, finishes alone, so the next process plan
 Each job is one call's graphs (a piece's forward and backward together), one at a time.
 
 What the children measured is also planned and built ahead (`Replan`: the graph, the plan's
-options, the package's name prefix, from the door that asked) once the script has ended: one
-last child, started at its end and waiting for the running one, measures what is still queued
-and builds every job's plan (a running parent plans its graphs again itself when a job ends,
-so building them beside its steps would be the same work twice). The next process, planning
-the same graph from the same store, makes the same plan and finds its package by name,
-building nothing: the host keeps all a run asked for.
+options, the package's name prefix, from the door that asked): each child builds its job's
+plans before it ends, so the running parent, planning its graphs again when it sees the job
+end, makes the same plan from the same store and finds its package by name (the compile off
+its steps); one last child, started at the script's end and waiting for the running one,
+measures what is still queued and builds what is left. The next process does the same:
+building nothing, the host keeps all a run asked for.
 
 What a swap means for the bits (docs/training.md, Reproducibility): a run's bits follow its
 plan; a run that swaps runs the provisional plan up to the step it names, the measured one

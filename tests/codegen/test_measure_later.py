@@ -91,7 +91,21 @@ def test_the_first_plan_waits_for_no_measurement_and_the_measured_one_comes_betw
 
 
 def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(own_store,
-                                                                                capfd):
+                                                                                capfd,
+                                                                                monkeypatch):
+    """...and compiles nothing for them: the child built the measured plans before its job
+    ended, and the plans made again find them by name."""
+    import codegen.cached
+
+    compiled_here = []
+    load_built = codegen.cached.load_built
+
+    def recorded(*args, **kwargs):
+        module, result = load_built(*args, **kwargs)
+        compiled_here.append(not result.cached)
+        return module, result
+
+    monkeypatch.setattr(codegen.cached, "load_built", recorded)
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 3))
     reference = copy.deepcopy(model)
@@ -103,6 +117,8 @@ def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(o
     for step in range(6):
         if step == 3:
             measure_later.wait(600)
+            assert any(compiled_here)  # the first plans' builds, in this process
+            compiled_here.clear()
         for m, o, out in ((compiled, opt, ours), (reference, ref_opt, theirs)):
             o.zero_grad()
             loss = F.cross_entropy(m(x), y)
@@ -111,6 +127,7 @@ def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(o
             out.append(loss.item())
     said = capfd.readouterr().err
     assert "in the background" in said and "planning it again from them" in said
+    assert compiled_here and not any(compiled_here)  # planned again, loaded as built
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5,
