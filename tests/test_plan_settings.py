@@ -49,12 +49,14 @@ def test_every_plan_flag_has_a_python_twin():
 ARGV = ["g.json", "--target", "host", "-o", "p.json", "--train", "adam",
         "--precision", "bf16-mixed", "--memory-budget", "3MiB", "--recompute", "layer1",
         "--recompute", "layer2", "--offload", "layer3", "--keep-tensor", "fc/out",
-        "--region-budget", "layer4=64KiB", "--accumulate", "4", "--strategy", "optimized",
+        "--region-budget", "layer4=64KiB", "--recompute-products", "--accumulate", "4",
+        "--strategy", "optimized",
         "--data-parallel", "4", "--ranks-per-host", "2", "--shard-optimizer",
         "--bucket-bytes", "4096", "--no-variants", "--no-evaluation", "--keep", "a,b"]
 PYTHON = {"train": "adam", "precision": "bf16-mixed", "memory_budget": 3 * 2**20,
           "recompute": ["layer1", "layer2"], "offload": "layer3", "keep_tensor": ["fc/out"],
-          "region_budget": {"layer4": "64KiB"}, "accumulate": 4, "strategy": "optimized",
+          "region_budget": {"layer4": "64KiB"}, "recompute_products": True, "accumulate": 4,
+          "strategy": "optimized",
           "data_parallel": 4, "ranks_per_host": 2, "shard_optimizer": True,
           "bucket_bytes": 4096, "no_variants": True, "no_evaluation": True, "keep": ["a", "b"]}
 
@@ -72,6 +74,7 @@ def test_the_same_settings_give_the_same_options():
         ("keep", "fc/out"), ("recompute", "layer1"), ("recompute", "layer2"),
         ("offload", "layer3")]
     assert options.data_parallel.ranks == 4 and options.data_parallel.shard_optimizer
+    assert options.memory.recompute_products
     assert not options.variants
 
 

@@ -4,6 +4,8 @@
     --recompute PREFIX        recompute the droppable tensors named PREFIX or under PREFIX/
     --offload PREFIX          offload the checkpoints named PREFIX or under PREFIX/
     --region-budget PREFIX=BYTES   at most BYTES of live activations under PREFIX/
+    --recompute-products      under a budget, matrix products and convolutions may be
+                              recomputed too (cheapest seconds per byte first)
     --decisions FILE          the same as JSON:
         {"keep": ["layer1/block1/relu"], "recompute": ["layer2"], "offload": [],
          "region_budgets": {"layer3": "2MiB"}}
@@ -30,12 +32,16 @@ def add_decision_flags(p: Any) -> None:
                    help="offload the checkpoints under this module path to the host store")
     p.add_argument("--region-budget", action="append", default=[], metavar="PREFIX=BYTES",
                    help="at most BYTES of live activations under this module path")
+    p.add_argument("--recompute-products", action="store_true",
+                   help="under a budget, let matrix products and convolutions be recomputed "
+                        "too (off: only cheaper ops are)")
     p.add_argument("--decisions", metavar="FILE",
                    help="keep / recompute / offload lists and region_budgets as JSON")
 
 
 def memory_decisions(args: argparse.Namespace) -> dict[str, Any]:
-    """MemoryOptions fields (pins, region_budgets) of the flags; UserError naming the bad one."""
+    """MemoryOptions fields (pins, region_budgets, recompute_products) of the flags; UserError
+    naming the bad one."""
     from pydantic import ValidationError
 
     from planner.memory.options import Pin, RegionBudget, parse_budget
@@ -83,7 +89,8 @@ def memory_decisions(args: argparse.Namespace) -> dict[str, Any]:
         return {"pins": tuple(Pin(decision=d, name=n) for d, n in pins),
                 "region_budgets": tuple(
                     RegionBudget(prefix=k, bytes=parse_budget(v, f"--region-budget {k}"))
-                    for k, v in regions)}
+                    for k, v in regions),
+                "recompute_products": bool(getattr(args, "recompute_products", False))}
     except ValidationError as e:
         first = e.errors()[0]
         raise UserError(f"memory decision: {'.'.join(map(str, first['loc']))}: "

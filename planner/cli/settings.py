@@ -98,6 +98,7 @@ class PlanSettings(Record):
     recompute: tuple[str, ...] = ()
     offload: tuple[str, ...] = ()
     region_budget: tuple[str, ...] = ()  # PREFIX=BYTES each ({prefix: bytes} from Python)
+    recompute_products: bool = False  # matrix products and convolutions recomputable too
     decisions: str | None = None  # a JSON file of the same decisions
     data_parallel: int = Field(default=1, ge=1, le=4096)
     ranks_per_host: int = Field(default=1, ge=1, le=4096)
