@@ -127,6 +127,27 @@ class Tokens(nn.Module):
         return self.head(pooled)
 
 
+def train_lengths(model, ref, net, lengths, declared=None, after=lambda step: None):
+    """SGD steps of `net` (compiled `model`) and of `ref` over token batches of `lengths`,
+    the states equal after each; `declared`: each batch's length dimension marked dynamic up
+    to it (torch._dynamo.mark_dynamic) first."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step, length in enumerate(lengths):
+        g = torch.Generator().manual_seed(step)
+        tokens = torch.randint(0, 50, (4, length), generator=g)
+        keep = torch.arange(length)[None, :] < torch.tensor([length, length - 1, 3, 2])[:, None]
+        for t in (tokens, keep) if declared else ():
+            torch._dynamo.mark_dynamic(t, 1, min=2, max=declared)
+        y = torch.randint(0, 3, (4,), generator=g)
+        for m, o in ((net, opt), (ref, ref_opt)):
+            o.zero_grad()
+            F.cross_entropy(m(tokens, keep), y).backward()
+            o.step()
+        assert_same_state(model, ref)
+        after(step)
+
+
 def test_every_length_of_a_range_runs_on_a_few_shared_arenas_as_eager():
     """Lengths in an order that comes back to earlier ones: each call matches eager (each
     length's own constants are its own, whichever length ran last on the arena), and the
@@ -137,18 +158,7 @@ def test_every_length_of_a_range_runs_on_a_few_shared_arenas_as_eager():
     executors._RANGES.clear()
     before = set(executors._POOLS)  # (other tests' pools, alive while their models are)
     net = compiled(model, lanes=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for step, length in enumerate((16, 9, 12, 9, 5, 16, 12, 7, 5)):
-        g = torch.Generator().manual_seed(step)
-        tokens = torch.randint(0, 50, (4, length), generator=g)
-        keep = torch.arange(length)[None, :] < torch.tensor([length, length - 1, 3, 2])[:, None]
-        y = torch.randint(0, 3, (4,), generator=g)
-        for m, o in ((net, opt), (ref, ref_opt)):
-            o.zero_grad()
-            F.cross_entropy(m(tokens, keep), y).backward()
-            o.step()
-        assert_same_state(model, ref)
+    train_lengths(model, ref, net, (16, 9, 12, 9, 5, 16, 12, 7, 5))
     pools = [p for k, p in executors._POOLS.items() if k not in before]
     ranges = {id(p._slots): p._slots for p in pools if p._slots is not None}
     assert len(pools) == 2 * 5  # forward and backward of each length, planned once: 16
@@ -187,22 +197,9 @@ def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum():
     executors._PACKAGES.clear()
     executors._RANGES.clear()
     net = compiled(model, lanes=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for step, length in enumerate((9, 16, 12, 23, 5, 24)):
-        g = torch.Generator().manual_seed(step)
-        tokens = torch.randint(0, 50, (4, length), generator=g)
-        keep = torch.arange(length)[None, :] < torch.tensor([length, 4, 3, 2])[:, None]
-        for t in (tokens, keep):
-            torch._dynamo.mark_dynamic(t, 1, min=2, max=24)
-        y = torch.randint(0, 3, (4,), generator=g)
-        for m, o in ((net, opt), (ref, ref_opt)):
-            o.zero_grad()
-            F.cross_entropy(m(tokens, keep), y).backward()
-            o.step()
-        assert_same_state(model, ref)
-        if step == 0:
-            first = planned()
-    assert planned() == first, "every later length in the range of 24"
-    assert first == 2  # the forward and backward, at the declared 24
+    counts = []
+    train_lengths(model, ref, net, (9, 16, 12, 23, 5, 24), declared=24,
+                  after=lambda step: counts.append(planned()))
+    # the forward and backward at the declared 24, then every later length in that range
+    assert counts == [2] * 6
     assert any((4, 24) in r.largest for rs in executors._RANGES.values() for r in rs)

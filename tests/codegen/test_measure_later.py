@@ -54,6 +54,14 @@ def eager_losses(model, x, y, steps):
     return out
 
 
+def sgd_step(model, opt, x, y) -> float:
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def test_the_first_plan_waits_for_no_measurement_and_the_measured_one_comes_between_steps(
         own_store, capfd):
     from planner.torch import trainer
@@ -120,11 +128,7 @@ def test_the_compiled_model_plans_its_calls_again_once_the_measurements_are_in(o
             assert any(compiled_here)  # the first plans' builds, in this process
             compiled_here.clear()
         for m, o, out in ((compiled, opt, ours), (reference, ref_opt, theirs)):
-            o.zero_grad()
-            loss = F.cross_entropy(m(x), y)
-            loss.backward()
-            o.step()
-            out.append(loss.item())
+            out.append(sgd_step(m, o, x, y))
     said = capfd.readouterr().err
     assert "in the background" in said and "planning it again from them" in said
     assert compiled_here and not any(compiled_here)  # planned again, loaded as built
@@ -158,11 +162,7 @@ def test_a_range_measured_in_the_background_is_planned_again_at_its_largest(own_
             capfd.readouterr()
         x, y = torch.randn(n, 12), torch.arange(n) % 3
         for m, o, out in ((compiled, opt, ours), (reference, ref_opt, theirs)):
-            o.zero_grad()
-            loss = F.cross_entropy(m(x), y)
-            loss.backward()
-            o.step()
-            out.append(loss.item())
+            out.append(sgd_step(m, o, x, y))
     said = capfd.readouterr().err
     planned = re.findall(r"for inputs \[(\d+), 12\]", said)
     assert planned == ["8"]  # the forward's range, once: none at 5, 6, 7 or 3
