@@ -90,7 +90,7 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
                "=__getitem__", "_unsafe_masked_index", "=masked_select", "=masked_scatter",
                "=nonzero", "=nonzero_static", "=argwhere", "=masked_fill")),
     ("sort", ("=sort", "=argsort", "=msort", "=topk", "=kthvalue", "=median", "=nanmedian",
-              "=mode", "=cummax", "=cummin", "=argmax", "=argmin", "max.", "min.",
+              "=mode", "=cummax", "=cummin", "=argmax", "=argmin", "^max.", "^min.",
               "=maximum", "=minimum", "=fmax", "=fmin", "=aminmax", "unique", "=searchsorted",
               "=bucketize", "quantile", "=histc", "histogram")),
     ("special", ("special.", "polygamma", "mvlgamma", "=igamma", "=igammac", "=i0",
@@ -125,17 +125,21 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def family_of(name: str, kind: str = "OpInfo") -> str:
     """The family of an OpInfo by its full name and class name ("shape and view" when no row
-    matches).
+    matches). A row's test: "=name" the name, "#Class" the class, "^start" how the name
+    starts, anything else a part of it.
 
     >>> family_of("gather"), family_of("nn.functional.max_pool2d"), family_of("cat")
     ('index', 'pooling', 'shape and view')
+    >>> family_of("max.binary"), family_of("softmax.with_dtype")
+    ('sort', 'normalization and activation')
     >>> family_of("sum", "ReductionOpInfo"), family_of("exp", "UnaryUfuncInfo")
     ('reductions', 'elementwise')
     """
     for family, tests in FAMILIES:
         for t in tests:
             if (t.startswith("=") and name == t[1:]) or (t.startswith("#") and kind == t[1:]) \
-                    or (t[0] not in "=#" and t in name):
+                    or (t.startswith("^") and name.startswith(t[1:])) \
+                    or (t[0] not in "=#^" and t in name):
                 return family
     return "shape and view"
 
