@@ -3,7 +3,7 @@ script in a fresh process (bench/first_step_loop.py), timed from before the proc
 
     python bench/bench_first_step.py [--workloads cnn,text] [--restarts 3]
         [--engines eager,inductor,inductor-dynamic,planner,trainer] [--text-steps 200]
-        [--neighbours 0] [--cold | --new-host] [--quick] [--device cpu|cuda]
+        [--neighbours 0] [--cold | --new-host] [--quick] [--device cpu|cuda] [--declare]
 
 Columns: time to the first step's end, the whole script's wall time (compile included), the
 median of the second half of the steps (steady), the child's peak RSS, and the executor
@@ -21,6 +21,8 @@ by the model while a child measures, codegen/measure_later.py). The last column 
 how long that child went on after the script ended (waited for before the next cell).
 `--device cuda` runs PyTorch's engines on the GPU and the trainer for `target="gpu"` (the
 backend is the host's only: not run there).
+`--declare` gives torch.compile's engines the text workload's length range declared
+(`torch._dynamo.mark_dynamic(x, 1, max=longest)`), as the trainer is given `shapes=`.
 `--neighbours N` runs N processes of 2-thread float32 matmuls beside every run
 (bench/bench_neighbours.py's). The load average is printed before and after.
 """
@@ -49,13 +51,13 @@ def packages(cache: Path) -> set[str]:
 
 
 def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict,
-             device: str = "cpu") -> dict:
+             device: str = "cpu", declare: bool = False) -> dict:
     """One fresh process: its RESULT line, timed from before it started."""
     cache = Path(env["PLANNER_CACHE"])
     before = packages(cache)
     cmd = [sys.executable, str(HERE / "first_step_loop.py"), "--workload", workload,
            "--engine", engine, "--steps", str(steps), "--device", device] + (
-               ["--quick"] if quick else [])
+               ["--quick"] if quick else []) + (["--declare"] if declare else [])
     start = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     end = time.time()
@@ -143,6 +145,10 @@ def main() -> None:
                         help="a smoke run: fewer batches and steps")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: PyTorch on the GPU, the trainer for target='gpu'")
+    parser.add_argument("--declare", action="store_true",
+                        help="text: torch.compile's engines get the length range declared "
+                             "(mark_dynamic up to the longest batch), as the trainer gets "
+                             "shapes=")
     args = parser.parse_args()
     engines = args.engines.split(",")
     if args.device == "cuda":
@@ -171,7 +177,8 @@ def main() -> None:
             for engine in engines:
                 if args.new_host:  # each engine's first process on a host of its own
                     env["PLANNER_CACHE"] = new_host()
-                rows.append(run_once(workload, engine, steps, args.quick, env, args.device))
+                rows.append(run_once(workload, engine, steps, args.quick, env, args.device,
+                                     args.declare))
                 print(f"  {workload} {engine}: {rows[-1]}", flush=True)
             print(table(f"{workload} (one process each)", rows), flush=True)
         if args.restarts > 1:

@@ -228,8 +228,13 @@ def run_eager_like(args, clock) -> dict:
             clock.tick()
         return {"loss": float(loss)}
     opt = adamw(model, 3e-4)
-    for tokens, keep, y in text_batches(args.steps, args.quick):
+    batches = text_batches(args.steps, args.quick)
+    longest = max(b[0].shape[1] for b in batches)
+    for tokens, keep, y in batches:
         tokens, keep, y = tokens.to(dev), keep.to(dev), y.to(dev)
+        for t in (tokens, keep) if args.declare and args.engine != "eager" else ():
+            # The range declared as Dynamo users do (the trainer's shapes= twin): the longest.
+            torch._dynamo.mark_dynamic(t, 1, min=2, max=longest)
         loss = F.cross_entropy(net(tokens, keep), y)
         opt.zero_grad()
         loss.backward()
@@ -298,6 +303,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--declare", action="store_true",
+                        help="text: torch.compile's engines get the length range declared "
+                             "(torch._dynamo.mark_dynamic up to the longest batch), as the "
+                             "trainer gets shapes=")
     args = parser.parse_args()
     if args.device == "cuda" and args.engine == "planner":
         parser.error("--device cuda: the planner backend runs on the host only")
