@@ -345,30 +345,15 @@ def staged_sweep(names: Sequence[str] | None = None, jobs: int = 1, stop: str = 
     worker; a lone OpInfo that does so is a crash at the last stage the worker marked it at
     (stage_group's `mark`: exportable, imported or built). `progress(staged)` as each
     finishes."""
-    import threading
-
-    from tests.importers.opinfo_cases import by_name, family_of
+    from tests.importers.opinfo_cases import by_name, family_of, in_threads
 
     ops = by_name()
     names = sorted(ops) if names is None else sorted(names)
     families = {n: family_of(n, type(ops[n]).__name__) for n in names}
     work = groups(names)
     shards = [work[k::max(jobs, 1)] for k in range(max(jobs, 1))]
-    done: dict[str, Staged] = {}
-    lock = threading.Lock()
-
-    def record(s: Staged) -> None:
-        with lock:
-            done[s.name] = s
-            if progress is not None:
-                progress(s)
-
-    threads = [threading.Thread(target=_run_shard, args=(shard, families, record, stop))
-               for shard in shards]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    done = in_threads(shards, lambda shard, record: _run_shard(shard, families, record, stop),
+                      progress)
     return [done[n] for n in names]
 
 

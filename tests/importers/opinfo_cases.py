@@ -44,7 +44,7 @@ import json
 import math
 import warnings
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -648,28 +648,37 @@ def sweep(names: Sequence[str] | None = None, jobs: int = 1,
     line in, an Outcome a line out). An OpInfo whose worker dies (a signal inside torch) or
     goes TIMEOUT seconds without an answer is a crash; a new worker takes the rest.
     `progress(outcome)` is called as each one finishes."""
-    import threading
-
     ops = by_name()
     names = sorted(ops) if names is None else sorted(names)
     families = {n: family_of(n, type(ops[n]).__name__) for n in names}
     shards = [names[k::max(jobs, 1)] for k in range(max(jobs, 1))]
-    done: dict[str, Outcome] = {}
+    done = in_threads(shards, lambda shard, record: _run_shard(shard, families, record, inputs),
+                      progress)
+    return [done[n] for n in names]
+
+
+def in_threads(shards: Sequence[Any], run: Callable[[Any, Callable[[Any], None]], None],
+               progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """`run(shard, record)` for every shard, each on a thread of its own (each drives a worker
+    process); what they `record` (results with a `name`), by name, `progress` told of each as
+    it comes."""
+    import threading
+
+    done: dict[str, Any] = {}
     lock = threading.Lock()
 
-    def record(o: Outcome) -> None:
+    def record(result: Any) -> None:
         with lock:
-            done[o.name] = o
+            done[result.name] = result
             if progress is not None:
-                progress(o)
+                progress(result)
 
-    threads = [threading.Thread(target=_run_shard, args=(shard, families, record, inputs))
-               for shard in shards]
+    threads = [threading.Thread(target=run, args=(shard, record)) for shard in shards]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return [done[n] for n in names]
+    return done
 
 
 def _run_shard(names: list[str], families: dict[str, str], record: Any, inputs: str) -> None:
