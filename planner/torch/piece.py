@@ -139,7 +139,11 @@ class Piece:
             from codegen.measure_later import watch
 
             with watch() as priced:
-                self.runs[key] = self._planned(args, needs if any(needs) else None, imported)
+                # Another signature of the same kind (gradients asked, autocast) planned
+                # before: the same import, gradient and passes at other shapes.
+                alike = any(k[1:] == key[1:] for k in self.runs)
+                self.runs[key] = self._planned(args, needs if any(needs) else None, imported,
+                                               alike)
             if priced.provisional:
                 self.provisional[key] = priced.provisional
         run = self.runs[key]
@@ -163,16 +167,16 @@ class Piece:
         return True
 
     def _planned(self, args: Sequence[Any], needs: tuple[bool, ...] | None,
-                 imported: Any = None) -> Any:
+                 imported: Any = None, alike: bool = False) -> Any:
         from planner.errors import PlanError, UserError
         from planner.frontend.autodiff import AutodiffError
         from planner.graph.validate import checked_at_the_end
 
         try:
-            # A later call signature of this graph: its import, gradient and passes are those
-            # already checked at the first signature's shapes, and the step graph a call
-            # runs is checked once, in full (planner/torch/executors.py's _maker).
-            with checked_at_the_end() if self.runs else contextlib.nullcontext():
+            # A later call signature of this graph and kind (`alike`): its import, gradient
+            # and passes are those already checked at the first one's shapes, and the step
+            # graph a call runs is checked once, in full (planner/torch/executors.py's _maker).
+            with checked_at_the_end() if alike else contextlib.nullcontext():
                 if imported is not None:  # planned again: the call's import as it was
                     return _planned_calls(imported, args, needs, self.name, self.options)
                 return _plan(self.gm, args, needs, self.name, self.options)
