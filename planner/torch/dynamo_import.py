@@ -190,8 +190,14 @@ def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
                     sources: dict[int, tuple[int, int]]) -> Any:
     """`gm` traced once with every tensor dimension left to torch (Dim.AUTO), each size
     argument read from its tensor's dimension, and decomposed; None where torch cannot."""
+    import sys
+
     from planner.importers.torch.specialize import SymbolicTrace
 
+    # Seconds (several concrete traces' worth): said, as every wait over ~2 s is.
+    print("planner: a graph called with a new size: tracing it once for every size (torch.export "
+          "with dynamic shapes), so that later sizes need no trace of their own",
+          file=sys.stderr, flush=True)
     try:
         program = _exported(gm, args, tensor_at, sources)
         return SymbolicTrace(_decomposed(program))

@@ -852,6 +852,10 @@ def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
     from planner.importers.torch.grad_mode import detach_grad_off
     from planner.importers.torch.specialize import SymbolicTrace
 
+    # Seconds (several concrete traces' worth): said, as every wait over ~2 s is.
+    print(f"trainer: {type(recipe.module).__name__}: tracing once for every size (torch.export "
+          f"with dynamic shapes), so that new shapes need no trace of their own",
+          file=sys.stderr, flush=True)
     try:
         program = _exported_as_made(recipe, examples, dynamic=True)
         detach_grad_off(program)
