@@ -275,7 +275,9 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         import sys
 
         shapes = ", ".join(str(list(a.shape)) for a in grown if isinstance(a, torch.Tensor))
-        why = ("sizes declared by mark_dynamic" if declared
+        to_declared = any(tuple(getattr(a, "shape", ())) == declared.get(k)
+                          for k, a in enumerate(grown))
+        why = ("sizes declared by mark_dynamic" if to_declared
                else "called with shapes past those planned")
         print(f"planner: graph {name} ({why}): planning its range up to {shapes} once",
               file=sys.stderr, flush=True)
