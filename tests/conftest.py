@@ -11,6 +11,7 @@ built and executors compiled against it; CI compiles the kernel sources to PTX o
 OpInfo sweep and the whole matrix through torch.compile have targets of their own."""
 
 import os
+import sys
 
 import pytest
 
@@ -34,3 +35,21 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if marker in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test starts on empty Dynamo caches. They are the process's: every compiled
+    nn.Module runs through one wrapper frame (torch._dynamo.external_utils.wrap_inline), so
+    past `recompile_limit` (8) compiles in one worker Dynamo runs the next test's model
+    eagerly, and a test of the backend would pass on PyTorch's own results; within one test,
+    hitting the limit fails it."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+        dynamo.config.fail_on_recompile_limit_hit = True
+        backend = sys.modules.get("planner.torch.backend")
+        if backend is not None:  # reset() dropped the skipped-frame callbacks
+            from planner.torch.skipped import install
+            install(backend.planner_backend)
+    yield
