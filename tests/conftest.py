@@ -37,13 +37,14 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _fresh_dynamo():
-    """Each test starts on empty Dynamo caches. They are the process's: every compiled
+    """Each test module starts on empty Dynamo caches. They are the process's: every compiled
     nn.Module runs through one wrapper frame (torch._dynamo.external_utils.wrap_inline), so
-    past `recompile_limit` (8) compiles in one worker Dynamo runs the next test's model
-    eagerly, and a test of the backend would pass on PyTorch's own results; within one test,
-    hitting the limit fails it."""
+    past `recompile_limit` (8) compiles in one worker Dynamo ran a later module's model
+    eagerly, and a test of the backend passed on PyTorch's own results; hitting the limit
+    inside a module fails its test instead. (Per module, not per test: a module's compiled
+    fixture stays compiled across its tests.)"""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
         dynamo.reset()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
+import selectors
 import threading
 import time
 import traceback
@@ -59,9 +59,12 @@ def in_fork(fn):
             os._exit(0)
     os.close(write)
     data, end = b"", time.monotonic() + DEADLINE
-    with os.fdopen(read, "rb") as f:
+    # (selectors, not select.select: a worker that has loaded hundreds of packages holds
+    # descriptors past select's 1024.)
+    with os.fdopen(read, "rb") as f, selectors.DefaultSelector() as waiting:
+        waiting.register(f, selectors.EVENT_READ)
         while time.monotonic() < end:
-            ready, _, _ = select.select([f], [], [], max(0.0, end - time.monotonic()))
+            ready = waiting.select(max(0.0, end - time.monotonic()))
             chunk = os.read(f.fileno(), 1 << 20) if ready else b""
             if not chunk:
                 break
