@@ -89,14 +89,15 @@ def _bytes(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
 def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     """numpy's FFT in complex128, then cast to x's dtype."""
     x = np.asarray(xs[0])
-    z = x[..., 0].astype(np.float64) + 1j * x[..., 1].astype(np.float64)
+    z = np.empty(x.shape[:-1], np.complex128)  # not re + 1j * im: 1j * inf is NaN + inf j
+    z.real, z.imag = x[..., 0], x[..., 1]
     axes = transformed_axes(a["axes"], x.ndim - 1)
     if a["inverse"]:  # norm="forward" leaves the inverse unscaled
         y = np.fft.ifftn(z, axes=axes, norm="forward")
     else:
         y = np.fft.fftn(z, axes=axes)
-    y = y * a["scale"]
-    return [np.stack([y.real, y.imag], axis=-1).astype(x.dtype)]
+    # each plane times the real scale (a complex product by scale + 0j turns inf into NaN)
+    return [(np.stack([y.real, y.imag], axis=-1) * a["scale"]).astype(x.dtype)]
 
 
 def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:

@@ -70,3 +70,22 @@ def test_flops_are_5_n_log2_n_per_line():
     points = 8 * 64 * 16
     assert get_op("FFT").flops([x], [x], attrs) == 5 * points * (6 + 4)
     assert get_op("FFT").bytes_moved([x], [x], attrs) == 2 * 2 * x.nbytes
+
+
+def test_the_cuda_executor_refuses_the_op_in_one_line():
+    """No cuFFT kernel yet: the CUDA backend does not register FFT, so a plan holding one is
+    refused before anything is rendered (codegen.support.check), naming the node; the CPU
+    backend runs it in float32 and float64."""
+    from codegen.backends import RUNTIMES
+    from codegen.errors import UnsupportedError
+    from codegen.support import check
+    from planner.graph import GraphBuilder, check_graph
+
+    b = GraphBuilder("spectrum")
+    y = b.op_n("FFT", [b.input("x", (4, 8, 2), "float32")], {"axes": [1]})
+    graph = check_graph(b.build(outputs=y))
+    check(graph, RUNTIMES["cpu"])
+    assert RUNTIMES["cpu"].admits("FFT", ["float64"], ["float64"])
+    with pytest.raises(UnsupportedError) as e:
+        check(graph, RUNTIMES["cuda"])
+    assert "no kernel for op FFT (node " in str(e.value) and "\n" not in str(e.value)
