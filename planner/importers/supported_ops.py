@@ -87,9 +87,9 @@ def complex_table() -> list[str]:
              "it and slices or a Hermitian completion (docs/front-end.md). A complex model",
              "input or trained parameter is refused in one line (take `view_as_real` of it); a",
              "complex model output is given out as complex64 by the trainer (the import's",
-             "planes) and",
-             "refused by torch.compile's pieces and `.pt2` files; a complex buffer is a",
-             "constant of the step (under torch.compile, an input fed as its planes).", "",
+             "planes) and refused by torch.compile's pieces and `.pt2` files; a complex",
+             "buffer is a constant of the step (under torch.compile, an input fed as its",
+             "planes).", "",
              "| rule | its ATen ops on complex values |", "| --- | --- |"]
     by_rule: dict[str, list[str]] = {}
     for op in sorted(CX_RULES):
