@@ -63,7 +63,7 @@ def planner_times(args) -> list[float]:
     model, x, y = _data(args)
     with tempfile.TemporaryDirectory() as out:
         t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.01,
-                    out_dir=out)
+                    out_dir=out, costs=args.costs)
         return _timed(lambda: t.step(x, y), args)
 
 
@@ -81,7 +81,8 @@ def eager_times(args) -> list[float]:
 
 def _baseline(args) -> list[float]:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(args.baseline)}
-    cmd = [sys.executable, __file__, "--planner-only", "--d", str(args.d), "--tokens",
+    cmd = [sys.executable, __file__, "--planner-only", "--costs", args.costs, "--d",
+           str(args.d), "--tokens",
            str(args.tokens), "--batch", str(args.batch), "--steps", str(args.steps),
            "--warmup", str(args.warmup)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -95,6 +96,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--costs", default="measured",
+                   help="the trainer's costs (default: measured first, so that no "
+                        "measurement runs in the background while the steps are timed)")
     p.add_argument("--baseline", help="another checkout whose planner to time too")
     p.add_argument("--planner-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
