@@ -48,6 +48,10 @@ OLDEST_CUDA_ARCH = (7, 5)
 
 Progress = Callable[[str], None]
 
+# pocketfft's C++ header (BSD-3; third_party/pocketfft/README.md): the CPU runtime's FFT kernel
+# (templates/cpu/runtime/kernels/fft.cpp) includes it from here, and its hash is in the key.
+POCKETFFT = Path(__file__).resolve().parent.parent / "third_party" / "pocketfft"
+
 # -O2 everywhere; the host's vector ISA for the plain loops (oneDNN dispatches at run time).
 # GCC's -O2 vectorizes only loops whose trip count needs no epilogue ("very cheap" cost model),
 # so an element-wise loop over a tensor ran scalar, a select such as Relu's a branch per
@@ -392,6 +396,7 @@ def _lapack_identity() -> list[str]:
 def _cpu_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
     found = lapack()
     return {"dnnl_DIR": str(venv_prefix() / "lib" / "cmake" / "dnnl"),
+            "PLANNER_POCKETFFT_DIR": str(POCKETFFT),
             "PLANNER_LAPACK_LIB": str(found.library), "PLANNER_LAPACK_PREFIX": found.prefix,
             "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + (SANITIZED_FLAGS if sanitize else ())
                                           + sanitizer_flags(sanitize)),
@@ -428,7 +433,8 @@ class RuntimeBuild:
 
 RUNTIME_BUILDS: dict[str, RuntimeBuild] = {
     "cpu": RuntimeBuild(lambda arch: {"prefix": str(venv_prefix().resolve()),
-                                      "lapack": _lapack_identity()}, _cpu_defines,
+                                      "lapack": _lapack_identity(),
+                                      "pocketfft": _tree_hashes(POCKETFFT)}, _cpu_defines,
                         lambda arch: "cpu", lambda capability, target: "", sanitizes=True),
     "cuda": RuntimeBuild(lambda arch: {"cuda": cuda_toolchain(arch)}, _cuda_defines,
                          lambda arch: f"cuda-sm{arch}",

@@ -76,19 +76,20 @@ def aten_table() -> list[str]:
 def complex_table() -> list[str]:
     """The ATen ops with a rule for complex values (planner/importers/torch/rules_complex.py),
     by rule (an op's row of the ATen table above is its rule for real values)."""
-    from planner.importers.torch.rules_complex import CX_RULES, MAX_DFT_LENGTH
+    from planner.importers.torch.rules_complex import CX_RULES
 
     lines = ["### Complex tensors and the DFT", "",
              "A complex64 (complex128) value inside the program is a float32 (float64) tensor",
              "of one more, trailing, axis of 2 (`view_as_real`'s layout), and each op below",
              "lowers to real planner ops; the DFT family (`torch.fft.fft`, `ifft`, `rfft`,",
-             "`irfft`, `hfft`, `ihfft` and their 2-D and n-D forms, every `norm`, `n`/`s`) is a",
-             "matrix product with constant cosine/sine matrices per transformed dim, up to",
-             f"length {MAX_DFT_LENGTH} (docs/front-end.md). A complex model input or trained",
-             "parameter is refused in one line (take `view_as_real` of it); a complex model",
-             "output is given out as complex64 by the trainer (the import's planes) and",
-             "refused by torch.compile's pieces and `.pt2` files; a complex buffer is a",
-             "constant of the step (under torch.compile, an input fed as its planes).", "",
+             "`irfft`, `hfft`, `ihfft` and their 2-D and n-D forms, every `norm`, `n`/`s`) is",
+             "the planner's FFT op (pocketfft on the CPU; any length), real transforms through",
+             "it and slices or a Hermitian completion (docs/front-end.md). A complex model",
+             "input or trained parameter is refused in one line (take `view_as_real` of it); a",
+             "complex model output is given out as complex64 by the trainer (the import's",
+             "planes) and refused by torch.compile's pieces and `.pt2` files; a complex",
+             "buffer is a constant of the step (under torch.compile, an input fed as its",
+             "planes).", "",
              "| rule | its ATen ops on complex values |", "| --- | --- |"]
     by_rule: dict[str, list[str]] = {}
     for op in sorted(CX_RULES):

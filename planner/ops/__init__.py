@@ -24,6 +24,7 @@ part of an LSTM step, fused) and its gradient. pointwise_table: element-wise ops
 one table (log1p, trigonometric, rounding, fmod, remainder, atan2, lerp, comparisons, logic,
 isnan, ...), each row's reference, gradient ops and kernels derived from its formula.
 integer: BitwiseAnd/Or/Xor/Not, ShiftLeft/Right, IntDivFloor, IntDivTrunc, IntRemainder.
+fft: FFT (complex-to-complex DFT of a complex tensor's planes; pocketfft on the CPU).
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -40,6 +41,7 @@ from planner.ops import (  # noqa: F401, E402
     elementwise,
     embedding,
     embedding_bag,
+    fft,
     gelu,
     grid_sample,
     group_norm,

@@ -372,6 +372,9 @@ CASES: dict[str, list[tuple]] = {
                ([((4, 3), N)], {"axis": 0, "reverse": True})],
     "CumProd": [([((3, 8), N)], {"axis": 1}),
                 ([((2, 3, 4), N)], {"axis": 0, "exclusive": True, "reverse": True})],
+    # a complex tensor's planes: one axis of a prime length, two axes inverse and scaled
+    "FFT": [([((3, 7, 2), N)], {"axes": [1]}),
+            ([((4, 5, 6, 2), N)], {"axes": [0, 2], "inverse": True, "scale": 0.25})],
     "CumProdGrad": [([((3, 8), N), ((3, 8), N)], {"axis": 1}),
                     ([((2, 3, 4), N), ((2, 3, 4), N)], {"axis": 1, "exclusive": True}),
                     ([((4, 5), N), ((4, 5), N)], {"axis": 0, "reverse": True})],

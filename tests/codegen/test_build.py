@@ -90,3 +90,20 @@ def test_the_executor_refuses_a_schedule_of_another_backend(mlp_graph, tmp_path)
     result = build(tree)
     with pytest.raises(RuntimeError, match="plan is for the cuda backend, this runtime is the cpu"):
         sys.modules["planner_cpu_rt"].Executor(str(result.schedule))
+
+
+def test_the_vendored_fft_header_is_in_the_cpu_runtimes_key(monkeypatch, tmp_path):
+    """kernels/fft.cpp compiles third_party/pocketfft's header in: a changed header is
+    another runtime (codegen/build.py hashes the folder into the key and passes it to CMake)."""
+    import shutil
+
+    import codegen.build as build_module
+
+    here = runtime_key(compiler="c++ 1")
+    copy = tmp_path / "pocketfft"
+    shutil.copytree(build_module.POCKETFFT, copy)
+    header = copy / "pocketfft_hdronly.h"
+    header.write_text(header.read_text() + "\n// changed\n")
+    monkeypatch.setattr(build_module, "POCKETFFT", copy)
+    assert runtime_key(compiler="c++ 1") != here
+    assert build_module._cpu_defines((), "")["PLANNER_POCKETFFT_DIR"] == str(copy)

@@ -227,6 +227,8 @@ OP_CASES: dict[str, list[tuple]] = {
     "CumProd": [([F(3, 4)], {"axis": 1}, None, None),
                 ([F(2, 3, 2)], {"axis": -2, "exclusive": True, "reverse": True}, None, None),
                 ([F(4, 3)], {"axis": 0, "reverse": True}, None, None)],
+    "FFT": [([F(3, 5, 2)], {"axes": [1], "scale": 0.5}, None, None),
+            ([F(4, 3, 2)], {"axes": [0, 1], "inverse": True}, None, None)],
     "CumSum": [([F(3, 4)], {"axis": 1}, None, None),
                ([F(2, 3, 2)], {"axis": -2, "exclusive": True, "reverse": True}, None, None)],
     # the values (output 0); the int64 indices have no gradient

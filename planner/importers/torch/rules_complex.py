@@ -1,4 +1,4 @@
-"""Complex tensors inside a graph, lowered to real ones, and the DFT family as matrix products.
+"""Complex tensors inside a graph, lowered to real ones, and the DFT family as the FFT op.
 
 A complex64 (complex128) value inside a program becomes a float32 (float64) planner tensor of
 one more, trailing, axis of 2: its real then its imaginary part, the layout of
@@ -11,30 +11,33 @@ slice_scatter, ...) are the real rules run on the planes with their dims kept of
 axis.
 
 The DFT (`aten._fft_r2c`, `_fft_c2c`, `_fft_c2r`, which torch.fft's fft, ifft, rfft, irfft,
-fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their `n`/`s`
-crops and zero pads) is, per transformed dim, a MatMul with a constant matrix of cosines and
-sines on that dim moved innermost: [n, 2m] from a real signal, [2n, 2m] from a complex one
-(rows: each input's real, then imaginary part; columns: each output's), [2m, n] to a real
-one (a one-sided spectrum's Hermitian half counted twice, the imaginary parts of its zero and
-Nyquist frequencies ignored, as pocketfft's c2r does). Normalisation (`norm` "backward",
-"ortho", "forward") scales each dim's matrix by 1, 1/sqrt(n) or 1/n of that dim's signal
-length. The dense DFT costs O(n^2) per dim (what TPU implementations of FNet do for short
-sequences); a transformed length past MAX_DFT_LENGTH is refused in one line.
+hfft, ihfft, fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their
+`n`/`s` crops and zero pads) is the FFT op (planner/ops/fft.py: complex to complex over the
+transformed dims, pocketfft's c2c on the CPU, O(n log n) at any length) with its `norm`
+("backward", "ortho", "forward") as the op's scale, 1, 1/sqrt(n) or 1/n of the transformed
+signal's points. A real signal's transform is the FFT of (x, 0) then, one-sided, the first
+n // 2 + 1 bins of the last dim; a one-sided spectrum's real inverse is the other dims'
+inverse FFT, then the last dim's spectrum completed by its Hermitian mirror (bin k past the
+half is conj(bin n - k)), its inverse FFT and the real plane: the zero and Nyquist bins'
+imaginary parts reach only the dropped imaginary plane, ignored as pocketfft's c2r ignores
+them. So the gradients are the FFT's own (its adjoint) and the real ops' (Slice, Concat,
+Mul, Pad), and they equal PyTorch's `_fft_r2c_backward` and `_fft_c2r_backward` (which pad,
+or double the mirrored bins, to the same effect).
 
-Everything is real ops of the op table, so both executors, the reference interpreter and
-autodiff need nothing new, and gradients are the real ops' own: for a program whose inputs,
-parameters and outputs are real, the derivative of a real function, which is what PyTorch's
-complex autograd (conjugate Wirtinger) gives there too. A complex output is the graph output of
-its planes where the caller takes them (convert's `complex_outputs`: the trainer), a cotangent
-of them torch's complex one as view_as_real, which for real parameters gives PyTorch's gradient
-as well; other callers refuse it. Where a complex tensor is an input or a trained parameter,
-the conventions differ, and the front end refuses it (planner/importers/torch/convert.py).
+Everything is ops of the op table, so the reference interpreter and autodiff need nothing
+new (the CUDA executor has no FFT kernel yet and refuses the op), and gradients are the ops'
+own: for a program whose inputs, parameters and outputs are real, the derivative of a real
+function, which is what PyTorch's complex autograd (conjugate Wirtinger) gives there too. A
+complex output is the graph output of its planes where the caller takes them (convert's
+`complex_outputs`: the trainer), a cotangent of them torch's complex one as view_as_real, which
+for real parameters gives PyTorch's gradient as well; other callers refuse it. Where a complex
+tensor is an input or a trained parameter, the conventions differ, and the front end refuses it
+(planner/importers/torch/convert.py).
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,9 +49,6 @@ from planner.importers.torch.context import RULES, NodeCtx, _Unavailable
 
 # A complex dtype -> the real dtype of its planes.
 COMPLEX_DTYPES = {"complex64": "float32", "complex128": "float64"}
-# The longest transformed dim: the DFT matrix from a complex signal of this length is
-# [2n, 2n] float32, 64 MiB, and each row of the transform costs 4 n^2 multiply-adds.
-MAX_DFT_LENGTH = 2048
 
 
 @dataclass(frozen=True)
@@ -132,16 +132,6 @@ def _real_of(n: NodeCtx) -> str:
         if isinstance(a, Cx):
             return n.dtype(a.v)
     return "float32"
-
-
-def _moved(n: NodeCtx, v: Any, src: int, dst: int) -> Any:
-    """v with axis src moved to dst (a Transpose, none when they are one)."""
-    rank = len(n.shape(v))
-    if src == dst:
-        return v
-    perm = [a for a in range(rank) if a != src]
-    perm.insert(dst, src)
-    return n.emit1("Transpose", [v], {"perm": perm})
 
 
 # ---- views between the two -------------------------------------------------------------------
@@ -459,77 +449,21 @@ def permute(n: NodeCtx) -> Any:
 
 # ---- the DFT ---------------------------------------------------------------------------------
 
-def _scale(norm: int, length: int) -> float:
-    """ATen's fft_norm_mode: 0 none, 1 by 1/sqrt(n), 2 by 1/n."""
-    return {0: 1.0, 1: 1.0 / math.sqrt(length), 2: 1.0 / length}[norm]
+def _scale(norm: int, lengths: list[int]) -> float:
+    """ATen's fft_norm_mode over the transformed signal lengths: 0 none, 1 by 1/sqrt(n),
+    2 by 1/n, n their product."""
+    points = math.prod(lengths)
+    return {0: 1.0, 1: 1.0 / math.sqrt(points), 2: 1.0 / points}[norm]
 
 
-def dft_matrix(kind: str, length: int, out: int, sign: int, scale: float) -> np.ndarray:
-    """The real matrix of one dim's DFT (float64; module docstring): kind r2c [n, 2m], c2c
-    [2n, 2m], c2r [2m, n] (`length` the real signal's n, `out` the spectrum's m for r2c and
-    c2r, both n for c2c); the angle 2 pi (jk mod n) / n reduced in integers, exact in float64."""
-    n_sig = length
-    j = np.arange(length if kind != "c2r" else out)[:, None]
-    k = np.arange(out if kind != "c2r" else length)[None, :]
-    theta = 2 * np.pi * ((j * k) % n_sig) / n_sig
-    c, s = np.cos(theta) * scale, sign * np.sin(theta) * scale
-    if kind == "r2c":
-        m = np.empty((length, 2 * out))
-        m[:, 0::2], m[:, 1::2] = c, s
-        return m
-    if kind == "c2c":
-        m = np.empty((2 * length, 2 * out))
-        m[0::2, 0::2], m[0::2, 1::2] = c, s
-        m[1::2, 0::2], m[1::2, 1::2] = -s, c
-        return m
-    # c2r: Re(sum over the Hermitian spectrum), bins 1..(n-1)//2 counted twice
-    weight = np.full((out, 1), 2.0)
-    weight[0] = 1.0
-    if length % 2 == 0:
-        weight[length // 2] = 1.0
-    s = s.copy()
-    s[0] = 0.0
-    if length % 2 == 0:
-        s[length // 2] = 0.0  # the Nyquist bin's imaginary part, ignored
-    m = np.empty((2 * out, length))
-    m[0::2], m[1::2] = weight * c, -weight * s
-    return m
-
-
-# Each import's DFT matrices, by (kind, length, out, sign, norm, dtype): gone with the import.
-_MATRICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _matrix(n: NodeCtx, kind: str, length: int, out: int, sign: int, norm: int,
-            dtype: str) -> Const:
-    """One constant per distinct matrix of the import (FNet's layers share theirs)."""
-    cache = _MATRICES.setdefault(n.imp, {})
-    key = (kind, length, out, sign, norm, dtype)
-    if key not in cache:
-        value = dft_matrix(kind, length, out, sign, _scale(norm, length)).astype(dtype)
-        cache[key] = Const.of(n.imp.fresh(f"dft_{kind}_{length}_{out}"), value,
-                              origin="constant")
-    return cache[key]
-
-
-def _check_length(n: NodeCtx, length: int) -> None:
-    if length > MAX_DFT_LENGTH:
-        raise n.fail(f"a transform of length {length}: the planner's DFT is a dense matrix "
-                     f"product, which it takes up to length {MAX_DFT_LENGTH}")
-
-
-def _c2c(n: NodeCtx, z: Cx, dim: int, forward: bool, norm: int) -> Cx:
+def _fft(n: NodeCtx, z: Cx, dims: list[int], forward: bool, norm: int,
+         lengths: list[int] | None = None) -> Cx:
+    """The FFT op over `dims` of z; the scale from `lengths` (the signal's, where it is not
+    z's: a real inverse's output)."""
     shape = n.shape(z.v)
-    rank = len(shape) - 1
-    length = shape[dim]
-    _check_length(n, length)
-    v = _moved(n, z.v, dim, rank - 1)
-    lead = list(n.shape(v)[:-2])
-    v = n.emit1("Reshape", [v], {"shape": [*lead, 2 * length]})
-    m = _matrix(n, "c2c", length, length, -1 if forward else 1, norm, n.dtype(z.v))
-    v = n.emit1("MatMul", [v, m])
-    v = n.emit1("Reshape", [v], {"shape": [*lead, length, 2]})
-    return Cx(_moved(n, v, rank - 1, dim))
+    scale = _scale(norm, lengths or [shape[d] for d in dims])
+    return Cx(n.emit1("FFT", [z.v], {"axes": list(dims), "inverse": not forward,
+                                     "scale": scale}))
 
 
 def _dims(n: NodeCtx, rank: int) -> list[int]:
@@ -543,55 +477,62 @@ def _dims(n: NodeCtx, rank: int) -> list[int]:
 def fft_c2c(n: NodeCtx) -> Any:
     z = _arg_cx(n, 0)
     norm, forward = int(n.arg(2, "normalization")), bool(n.arg(3, "forward"))
-    for d in _dims(n, len(n.shape(z.v)) - 1):
-        z = _c2c(n, z, d, forward, norm)
-    return z
+    return _fft(n, z, _dims(n, len(n.shape(z.v)) - 1), forward, norm)
 
 
 @cx_rule("aten._fft_r2c.default")
 def fft_r2c(n: NodeCtx) -> Any:
-    """A real signal's DFT over its last dim (one-sided: the n // 2 + 1 first bins), then the
-    complex DFT over the other dims, as ATen does."""
+    """The complex DFT of (x, 0) over every dim, then, one-sided, the n // 2 + 1 first bins of
+    the last (the others are their mirrors' conjugates): ATen's r2c over the last dim then c2c
+    over the others, since the cut commutes with the other dims' transforms."""
     x = n.tensor(0)
-    shape = n.shape(x)
-    rank = len(shape)
+    rank = len(n.shape(x))
     dims = _dims(n, rank)
     norm, onesided = int(n.arg(2, "normalization")), bool(n.arg(3, "onesided"))
+    z = _fft(n, _promote(n, x, n.dtype(x)), dims, True, norm)
     last = dims[-1]
-    length = shape[last]
-    _check_length(n, length)
-    out = length // 2 + 1 if onesided else length
-    v = _moved(n, x, last, rank - 1)
-    lead = list(n.shape(v)[:-1])
-    v = n.emit1("MatMul", [v, _matrix(n, "r2c", length, out, -1, norm, n.dtype(x))])
-    v = n.emit1("Reshape", [v], {"shape": [*lead, out, 2]})
-    z = Cx(_moved(n, v, rank - 1, last))
-    for d in dims[:-1]:
-        z = _c2c(n, z, d, True, norm)
-    return z
+    length = n.shape(x)[last]
+    if not onesided or length // 2 + 1 == length:
+        return z
+    return Cx(n.emit1("Slice", [z.v], {"starts": [0], "ends": [length // 2 + 1],
+                                       "axes": [last]}))
+
+
+def _hermitian(n: NodeCtx, z: Cx, dim: int, length: int) -> Cx:
+    """The full spectrum of `length` bins along `dim` from its one-sided half: bin k past the
+    half is conj(bin length - k). The imaginary parts of the zero and Nyquist bins, which a
+    real signal's spectrum cannot have, then reach only the output's imaginary plane, which
+    the caller drops: ignored, as pocketfft's c2r ignores them."""
+    half = n.shape(z.v)[dim]
+    extra = length - half
+    if extra == 0:
+        return z
+    mirror = n.emit1("Slice", [z.v], {"starts": [extra], "ends": [0], "axes": [dim],
+                                      "steps": [-1]})
+    mirror = n.emit1("Mul", [mirror, n.const([1.0, -1.0], n.dtype(z.v))])
+    return Cx(n.emit1("Concat", [z.v, mirror], {"axis": dim}))
 
 
 @cx_rule("aten._fft_c2r.default")
 def fft_c2r(n: NodeCtx) -> Any:
-    """The inverse complex DFT over all but the last dim, then the Hermitian half's real
-    inverse over the last, to `last_dim_size` points (as ATen does)."""
+    """The inverse complex DFT over all but the last dim, then over the last the inverse of
+    the one-sided spectrum completed to `last_dim_size` bins (Hermitian), its real plane: ATen's
+    c2c then c2r. The normalisation counts the output's points."""
     z = _arg_cx(n, 0)
     rank = len(n.shape(z.v)) - 1
     dims = _dims(n, rank)
     norm, length = int(n.arg(2, "normalization")), int(n.arg(3, "last_dim_size"))
-    for d in dims[:-1]:
-        z = _c2c(n, z, d, False, norm)
     last = dims[-1]
     half = n.shape(z.v)[last]
-    _check_length(n, length)
-    if half != length // 2 + 1:
+    if length < 1 or half != length // 2 + 1:
         raise n.fail(f"a one-sided spectrum of {half} bins for {length} points "
                      f"(want {length // 2 + 1})")
-    v = _moved(n, z.v, last, rank - 1)
-    lead = list(n.shape(v)[:-2])
-    v = n.emit1("Reshape", [v], {"shape": [*lead, 2 * half]})
-    v = n.emit1("MatMul", [v, _matrix(n, "c2r", length, half, 1, norm, n.dtype(z.v))])
-    return _moved(n, v, rank - 1, last)
+    lengths = [n.shape(z.v)[d] for d in dims[:-1]]
+    if lengths:
+        z = _fft(n, z, dims[:-1], False, 0)
+    z = _fft(n, _hermitian(n, z, last, length), [last], False, norm, [*lengths, length])
+    re, _ = _planes(n, z)
+    return re
 
 
 @cx_rule("aten.exp.default")
