@@ -6,8 +6,9 @@ time). The sets with float64 are test_float64.py's: held to the reference within
 rounding (libm's and numpy's transcendental functions differ in the last bit), not exactly.
 
 The walk is complete, not a sample: for each declared op, each of its sets but float32 alone
-(test_op_kernels.py runs every op in float32; a loss's float32 with its int64 labels too) and, for a "*" (any dtype) declaration, each of
-int64, int32, bool, int16, int8 and uint8; plus every Cast between any two of them, float32,
+(test_op_kernels.py runs every op in float32; a loss's float32 with its int64 labels too)
+and, for a "*" (any dtype) declaration, each of int64, int32, bool, int16, int8 and uint8;
+plus every Cast between any two of them, float32,
 bfloat16 and float16 (a low float counts as float32 in a declaration: mixed precision has its
 own rule, codegen.backends.MIXED_OPS; a low input is made by a Cast in the graph). A node of
 each is made from the op's cases in tests/codegen/op_cases.py, its inputs retyped within the
