@@ -16,6 +16,7 @@ namespace planner {
 
 struct PoolAxis {
   int64_t in = 1, out = 1, k = 1, s = 1, p = 0, d = 1;
+  int64_t pe = 0;  // padding after the input: p, but for a 2-D pool's uneven pads (pool.h)
   bool adaptive = true, include_pad = true;
 };
 
@@ -33,7 +34,7 @@ PLANNER_HOST_DEVICE inline AxisTaps axis_taps(const PoolAxis& a, int64_t o) {
   const int64_t t0 = start < 0 ? (-start + a.d - 1) / a.d : 0;
   int64_t t1 = (a.in - 1 - start) / a.d;
   if (t1 > a.k - 1) t1 = a.k - 1;
-  const int64_t end = start + a.k < a.in + a.p ? start + a.k : a.in + a.p;
+  const int64_t end = start + a.k < a.in + a.pe ? start + a.k : a.in + a.pe;
   const int64_t clipped = (end < a.in ? end : a.in) - (start > 0 ? start : 0);
   return {start + t0 * a.d, t1 >= t0 ? t1 - t0 + 1 : 0, a.d,
           a.include_pad ? end - start : clipped};
@@ -45,12 +46,15 @@ struct PoolGeometry {
 };
 
 // x's shape (N, C, *S) and the node's window attrs; throws for what the op's rule refuses
-// (and for tensors other than float32 ones and MaxPoolND's int64 indices).
+// (and for tensors other than `dtype` ones, float32 unless the kernel says, and MaxPoolND's
+// int64 indices).
 template <class N>
-PoolGeometry pool_geometry(const N& n, const Shape& x, const Shape& y) {
+PoolGeometry pool_geometry(const N& n, const Shape& x, const Shape& y, int dtype = F32) {
   const bool indices = n.out.size() > 1;
-  if (n.in[0].dtype != F32 || n.out[0].dtype != F32 || (indices && n.out[1].dtype != I64))
-    throw std::runtime_error(std::string(n.spec->op) + ": float32 tensors (int64 indices)");
+  if (n.in[0].dtype != dtype || n.out[0].dtype != dtype || (indices && n.out[1].dtype != I64))
+    throw std::runtime_error(std::string(n.spec->op) + ": " +
+                             (dtype == F64 ? "float64" : "float32") +
+                             " tensors (int64 indices)");
   const size_t rank = x.size() - 2;
   if (x.size() < 3 || x.size() > 5 || y.size() != x.size())
     throw std::runtime_error(std::string(n.spec->op) + ": (N, C, 1 to 3 spatial axes)");
@@ -72,7 +76,7 @@ PoolGeometry pool_geometry(const N& n, const Shape& x, const Shape& y) {
     a.in = x[2 + j];
     a.out = y[2 + j];
     a.adaptive = !sizes.empty();
-    a.k = k[j], a.s = s[j], a.p = p[j], a.d = d[j];
+    a.k = k[j], a.s = s[j], a.p = p[j], a.pe = p[j], a.d = d[j];
     a.include_pad = n.attrs.b("count_include_pad");
     g.in_plane *= a.in;
     g.out_plane *= a.out;
@@ -98,17 +102,19 @@ PLANNER_HOST_DEVICE int64_t pool_taps(const PoolGeometry& g, int64_t o, F f) {
 }
 
 // Max of one window as torch takes it: the first maximum, a NaN winning (the last NaN); the
-// index of the first tap when every value is -inf.
+// index of the first tap when every value is -inf. Its value is the plane's type (float32 or
+// float64).
+template <class T>
 struct PoolMax {
-  float value;
+  T value;
   int64_t index;
 };
 
 template <class T>
-PLANNER_HOST_DEVICE PoolMax pool_max(const PoolGeometry& g, const T* plane, int64_t o) {
-  PoolMax m{-INFINITY, -1};
+PLANNER_HOST_DEVICE PoolMax<T> pool_max(const PoolGeometry& g, const T* plane, int64_t o) {
+  PoolMax<T> m{static_cast<T>(-INFINITY), -1};
   pool_taps(g, o, [&](int64_t i) {
-    const float v = static_cast<float>(plane[i]);
+    const T v = plane[i];
     if (m.index < 0) m.index = i;
     if (v > m.value || v != v) m = {v, i};
   });
@@ -116,32 +122,34 @@ PLANNER_HOST_DEVICE PoolMax pool_max(const PoolGeometry& g, const T* plane, int6
 }
 
 // Output k (the outputs' flat order) of MaxPoolND, with its index in `idx`, or of AvgPoolND
-// (idx null): both backends' body, one output per CPU iteration or GPU thread.
-PLANNER_HOST_DEVICE inline void pool_output(const PoolGeometry& g, const float* x, float* y,
-                                            int64_t* idx, int64_t k) {
-  const float* plane = x + k / g.out_plane * g.in_plane;
+// (idx null): both backends' body, one output per CPU iteration or GPU thread. T is float
+// (both backends) or double (the CPU's float64 kernels); the average is summed in double.
+template <class T>
+PLANNER_HOST_DEVICE void pool_output(const PoolGeometry& g, const T* x, T* y, int64_t* idx,
+                                     int64_t k) {
+  const T* plane = x + k / g.out_plane * g.in_plane;
   const int64_t o = k % g.out_plane;
   if (idx) {
-    const PoolMax m = pool_max(g, plane, o);
+    const PoolMax<T> m = pool_max(g, plane, o);
     y[k] = m.value;
     idx[k] = m.index;
   } else {
     double sum = 0.0;
     const int64_t divisor = pool_taps(g, o, [&](int64_t i) { sum += plane[i]; });
-    y[k] = static_cast<float>(sum / static_cast<double>(divisor));
+    y[k] = static_cast<T>(sum / static_cast<double>(divisor));
   }
 }
 
 // AvgPoolNDGrad of plane p: its dx zeroed, then each output's dy shared over its window, the
 // outputs in order (so the sums come out in one order on both backends; no atomics).
-PLANNER_HOST_DEVICE inline void pool_plane_slopes(const PoolGeometry& g, const float* dy,
-                                                  float* dx, int64_t p) {
-  float* out = dx + p * g.in_plane;
-  for (int64_t i = 0; i < g.in_plane; ++i) out[i] = 0.0f;
+template <class T>
+PLANNER_HOST_DEVICE void pool_plane_slopes(const PoolGeometry& g, const T* dy, T* dx,
+                                           int64_t p) {
+  T* out = dx + p * g.in_plane;
+  for (int64_t i = 0; i < g.in_plane; ++i) out[i] = T(0);
   for (int64_t o = 0; o < g.out_plane; ++o) {
     // a first walk for the divisor (the window's own), as the reference shares dy
-    const float share =
-        dy[p * g.out_plane + o] / static_cast<float>(pool_taps(g, o, [](int64_t) {}));
+    const T share = dy[p * g.out_plane + o] / static_cast<T>(pool_taps(g, o, [](int64_t) {}));
     pool_taps(g, o, [&](int64_t i) { out[i] += share; });
   }
 }
@@ -154,10 +162,11 @@ struct PlaneIndexing {
 };
 
 template <class N>
-PlaneIndexing plane_indexing(const N& n) {
+PlaneIndexing plane_indexing(const N& n, int dtype = F32) {
   const std::string op = n.spec->op;
-  if (n.in[0].dtype != F32 || n.in[1].dtype != I64 || n.out[0].dtype != F32)
-    throw std::runtime_error(op + ": float32 values and int64 indices");
+  if (n.in[0].dtype != dtype || n.in[1].dtype != I64 || n.out[0].dtype != dtype)
+    throw std::runtime_error(op + ": " + (dtype == F64 ? "float64" : "float32") +
+                             " values and int64 indices");
   PlaneIndexing p{op == "PoolScatter", op == "PoolScatter" && n.attrs.b("accumulate")};
   const Shape& big = p.scatter ? n.out[0].shape : n.in[0].shape;
   p.planes = big[0] * big[1];

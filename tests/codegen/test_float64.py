@@ -1,9 +1,10 @@
 """float64 on the CPU executor: the kernels that declare it against the numpy reference in
 float64 (the MLP's, and the convolutions', normalisations', softmaxes', gathers' and
 scatters', which tests/codegen/test_float64_layers.py also holds to torch through the front
-end), a float64 physics-informed MLP trained through both torch doors against torch in
-float64, an op without a float64 kernel refused in one line, and embedding lookups of
-int32 / int16 / int8 / uint8 ids bit for bit.
+end, and the pools' and losses', which tests/codegen/test_float64_pools_losses.py does), a
+float64 physics-informed MLP trained through both torch doors against torch in float64, an op
+without a float64 kernel refused in one line, and embedding lookups of int32 / int16 / int8 /
+uint8 ids bit for bit.
 
 Tolerances, from float64 rounding (u = 2^-53, 1.1e-16):
   - a kernel's element is a few roundings (u each) or libm's tanh / exp / erf (<= 2 ulp), or a
@@ -39,8 +40,8 @@ F = torch.nn.functional
 
 F64_TOL = 1e-12
 LR = 2.0 ** -10
-# The ops with float64 kernels: an MLP's step, convolutions, normalisations, softmaxes and their
-# neighbours, and the gathers and scatters of float64 values by int64 indices.
+# The ops with float64 kernels: an MLP's step, convolutions, normalisations, softmaxes, pools,
+# losses and their neighbours, and the gathers and scatters of float64 values by int64 indices.
 F64_OPS = frozenset(op for op, sets in RUNTIMES["cpu"].kernel_dtypes.items()
                     if set(sets) & {frozenset({"float64"}), frozenset({"float32", "float64"}),
                                     frozenset({"float64", "int64"})})
@@ -115,12 +116,20 @@ def test_the_float64_cases_cover_the_mlp_ops():
             "ReduceSum", "ReduceMean", "ApplyAdam", "SGD", "ApplyMomentum"} <= ran
 
 
+def test_the_float64_cases_cover_the_pools_and_losses():
+    ran = {op for _, op, _, _ in F64_VARIANTS}
+    assert {"MaxPool", "MaxPoolGrad", "AvgPool", "AvgPoolGrad", "MaxPoolND", "AvgPoolND",
+            "AvgPoolNDGrad", "PoolScatter", "PoolGather", "SoftmaxCrossEntropy",
+            "SoftmaxCrossEntropyGrad", "NLLLoss", "NLLLossGrad", "SigmoidBCE",
+            "SigmoidBCEGrad", "Softplus"} <= ran
+
+
 def test_an_op_without_a_float64_kernel_is_refused_naming_it():
-    b = GraphBuilder("softplus64")
+    b = GraphBuilder("leaky_relu64")
     x = b.input("x", (4, 3), "float64")
-    (y,) = b.op_n("Softplus", [x], {})
+    (y,) = b.op_n("LeakyRelu", [x], {"alpha": 0.1})
     graph = b.build(outputs=[y])
-    with pytest.raises(UnsupportedError, match=r"no kernel for op Softplus in float64") as e:
+    with pytest.raises(UnsupportedError, match=r"no kernel for op LeakyRelu in float64") as e:
         check(graph, RUNTIMES["cpu"])
     assert "\n" not in str(e.value)
 

@@ -127,7 +127,10 @@ def _pool_sum(n: NodeCtx, x: str | Const, attrs: dict, divisor: int) -> str:
     taps = np.ones((1, 1), dtype=np.float64)
     for axis in windows:
         taps = np.multiply.outer(taps, [w.count for w in axis])
-    scale = n.const((taps / divisor).astype(np.float32), "float32")
+    # in x's dtype when float64 (a float32 scale would make the Mul's dtypes differ), float32
+    # for the others (the low floats' Mul widens it)
+    dtype = "float64" if n.dtype(x) == "float64" else "float32"
+    scale = n.const((taps / divisor).astype(dtype), dtype)
     return n.emit1("Mul", [n.emit1("AvgPoolND", [x], attrs), scale])
 
 

@@ -1,8 +1,9 @@
 // Broadcasting ops as plain OpenMP loops, row by row over the output (see Broadcast in
 // loops.h): Pow, Max, Min (NaN propagates, as numpy's maximum/minimum; oneDNN's binary max
 // drops it), MaxGrad, MinGrad (torch's tie rule; these five in float64 too: the same loops on
-// doubles, torch's formulas, so float64 matrix_rank and float_power run), Where (a bool, float32, int64 or int32
-// condition; branches of those or int16, int8, uint8), PRelu and PReluGrad.
+// doubles, torch's formulas, so float64 matrix_rank and float_power run), Where (a bool,
+// float32, float64, int64 or int32 condition; branches of those or int16, int8, uint8; float64
+// branches under a bool or float64 condition), PRelu and PReluGrad.
 #include <omp.h>
 
 #include <cmath>
@@ -143,21 +144,24 @@ KernelPtr where_of(const Node& n) {
   switch (n.in[0].dtype) {
     case BOOL: return std::make_unique<Where<bool, V>>(n);
     case F32: return std::make_unique<Where<float, V>>(n);
+    case F64: return std::make_unique<Where<double, V>>(n);
     case I64: return std::make_unique<Where<int64_t, V>>(n);
     case I32: return std::make_unique<Where<int32_t, V>>(n);
   }
-  throw std::runtime_error("Where: the condition must be bool, float32, int64 or int32");
+  throw std::runtime_error("Where: the condition must be bool, float32, float64, int64 or int32");
 }
 
 KernelPtr where(const Node& n) {
   if (n.in[1].dtype == F32) return where_of<float>(n);
+  // float64 branches under a bool or float64 condition: kl_div's t log t where t != 0
+  if (n.in[1].dtype == F64) return where_of<double>(n);
   if (n.in[1].dtype == I64) return where_of<int64_t>(n);
   if (n.in[1].dtype == I32) return where_of<int32_t>(n);
   if (n.in[1].dtype == BOOL) return where_of<bool>(n);
   if (n.in[1].dtype == I16) return where_of<int16_t>(n);
   if (n.in[1].dtype == I8) return where_of<int8_t>(n);
   if (n.in[1].dtype == U8) return where_of<uint8_t>(n);
-  throw std::runtime_error("Where: the branches must be float32, an integer or bool");
+  throw std::runtime_error("Where: the branches must be float32, float64, an integer or bool");
 }
 
 KernelPtr prelu(const Node& n) {
@@ -215,7 +219,7 @@ PLANNER_REGISTER_KERNELS(broadcast) {
   r["Min"] = {min_, "float32|float64|int64|int32|int16|int8|uint8"};
   r["MaxGrad"] = {max_grad, "float32|float64"};
   r["MinGrad"] = {min_grad, "float32|float64"};
-  r["Where"] = {where, "bool|bool,float32|bool,int64|bool,int32|bool,int16|bool,int8|bool,uint8|float32|float32,int64|float32,int32|float32,int16|float32,int8|float32,uint8|int64|int32,int64|int16,int64|int64,int8|int64,uint8|int32|int16,int32|int32,int8|int32,uint8"};
+  r["Where"] = {where, "bool|bool,float32|bool,float64|float64|bool,int64|bool,int32|bool,int16|bool,int8|bool,uint8|float32|float32,int64|float32,int32|float32,int16|float32,int8|float32,uint8|int64|int32,int64|int16,int64|int64,int8|int64,uint8|int32|int16,int32|int32,int8|int32,uint8"};
   r["PRelu"] = prelu;
   r["PReluGrad"] = prelu_grad;
 }

@@ -125,7 +125,15 @@ KernelPtr abs_(const Node& n) {
   if (all_f64(n)) return map1_f64(n, [](double x) { return std::fabs(x); });
   return eltwise_fwd(n, alg::eltwise_abs, 0.f, 0.f);
 }
-KernelPtr softplus(const Node& n) { return eltwise_fwd(n, alg::eltwise_soft_relu, 1.f, 0.f); }
+// float64: the reference's max(x, 0) + log1p(exp(-|x|)), which never overflows (a weighted
+// binary_cross_entropy_with_logits's softplus(-z)).
+KernelPtr softplus(const Node& n) {
+  if (all_f64(n))
+    return map1_f64(n, [](double x) {
+      return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
+    });
+  return eltwise_fwd(n, alg::eltwise_soft_relu, 1.f, 0.f);
+}
 KernelPtr elu(const Node& n) {
   return eltwise_fwd(n, alg::eltwise_elu, static_cast<float>(n.attrs.f("alpha")), 0.f);
 }
@@ -338,7 +346,7 @@ PLANNER_REGISTER_KERNELS(eltwise) {
   r["SoftmaxGrad"] = {softmax_grad, "float32|float64"};
   r["Sqrt"] = {sqrt_, "float32|float64"};
   r["Abs"] = {abs_, "float32|float64|int64|int32|int16|int8|uint8"};
-  r["Softplus"] = softplus;
+  r["Softplus"] = {softplus, "float32|float64"};
   r["Elu"] = elu;
   r["Gelu"] = {gelu, "float32|float64"};
   r["GeluGrad"] = {gelu_grad, "float32|float64"};

@@ -4,7 +4,8 @@
 //       `axis`, labels equal to ignore_index skipped, label_smoothing; mean over the counted
 //   SigmoidBCE [z, t]      mean(max(z,0) - z t + log1p(exp(-|z|)))
 //   MSE [p, t]             mean((p - t)^2)
-// and *Grad [dloss, ...] -> d(first input). MSE and MSEGrad also run in float64 (MseF64).
+// and *Grad [dloss, ...] -> d(first input). Each also runs in float64 (SoftmaxCrossEntropyF64,
+// BceF64, MseF64: loops in double, each sum in parts fixed by the sizes).
 // With the classes last, SoftmaxCrossEntropyGrad's softmax is oneDNN's (vectorized; a scalar
 // exp loop in double took 40% of a small GPT's step), then one pass per row subtracts the
 // label and the smoothing and scales; a row holding NaN or +inf, or only -inf, becomes NaN, as
@@ -38,6 +39,20 @@ inline bool nan_row(const float* z, int64_t cols) {
   return bad || !finite_or_inf;
 }
 
+// The labels not ignored; StepError for one out of [0, classes).
+int64_t counted_labels(const CrossEntropy& e, const int64_t* lab) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < e.classes.outer * e.classes.inner; ++i) {
+    if (lab[i] == e.ignore_index) continue;
+    if (lab[i] < 0 || lab[i] >= e.classes.extent)
+      throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
+                      std::to_string(e.classes.extent) + ") (ignore_index " +
+                      std::to_string(e.ignore_index) + ")");
+    ++count;
+  }
+  return count;
+}
+
 // The logits viewed as (outer, C, inner) with the classes on the node's axis: position p
 // (outer * inner of them, one label each) reads its class c at base(p) + c * inner. With the
 // classes last (inner 1: classifiers, language models) rows are contiguous and take the
@@ -68,19 +83,7 @@ class SoftmaxCrossEntropy : public DnnlKernel {
   }
 
  private:
-  // The labels not ignored; StepError for one out of [0, classes).
-  int64_t counted(const int64_t* lab) const {
-    int64_t count = 0;
-    for (int64_t i = 0; i < e_.classes.outer * e_.classes.inner; ++i) {
-      if (lab[i] == e_.ignore_index) continue;
-      if (lab[i] < 0 || lab[i] >= e_.classes.extent)
-        throw StepError("label " + std::to_string(lab[i]) + " out of range [0, " +
-                        std::to_string(e_.classes.extent) + ") (ignore_index " +
-                        std::to_string(e_.ignore_index) + ")");
-      ++count;
-    }
-    return count;
-  }
+  int64_t counted(const int64_t* lab) const { return counted_labels(e_, lab); }
 
   // Rows of C contiguous logits: a vectorizable float exp summed in double (forward); oneDNN's
   // softmax, then one pass per row for the label and the smoothing (gradient).
@@ -264,8 +267,139 @@ class MseF64 : public Kernel {
   int x_, t_, dloss_, out_;
 };
 
-KernelPtr sce(const Node& n) { return std::make_unique<SoftmaxCrossEntropy>(n); }
-KernelPtr bce(const Node& n) { return std::make_unique<PairLoss>(n, 'b'); }
+// Whether the node's tensors but the labels are float64.
+bool loss_f64(const Node& n) {
+  for (const auto* side : {&n.in, &n.out})
+    for (const TensorRef& t : *side)
+      if (t.dtype != F64 && t.dtype != I64) return false;
+  return n.out[0].dtype == F64;
+}
+
+// float64 SoftmaxCrossEntropy and its gradient: torch's log_softmax and nll_loss in double,
+// position by position (its classes strided by `inner`, 1 when last): m the max, s the sum
+// of exp(z - m) in class order, lse = log s; the loss lse - (z_y - m), smoothed as the
+// float32 kernel's, summed over the positions in parts (loops.h: the same bits on any
+// thread count) and divided by the count; the gradient
+// (exp(z - m) / s - eps / C - (1 - eps) [c == y]) dloss / count, one position per iteration.
+// A position whose logits hold NaN or +inf, or only -inf, is NaN, as the reference's.
+class SoftmaxCrossEntropyF64 : public Kernel {
+ public:
+  explicit SoftmaxCrossEntropyF64(const Node& n) : e_(cross_entropy(n)) {}  // common/loss.h
+  std::string impl() const override { return "positions in double"; }
+  void check_feeds(const Run& r, const std::vector<char>& fed) const override {
+    if (fed[e_.labels]) counted_labels(e_, r.at<int64_t>(e_.labels));
+  }
+  void run(const Run& r) override {
+    const int64_t count = counted_labels(e_, r.at<int64_t>(e_.labels));
+    const double* x = r.at<double>(e_.logits);
+    const int64_t* lab = r.at<int64_t>(e_.labels);
+    const int64_t classes = e_.classes.extent, inner = e_.classes.inner;
+    const int64_t positions = e_.classes.outer * inner;
+    const double eps = e_.label_smoothing, keep = 1.0 - eps;
+    auto base = [&](int64_t p) { return (p / inner) * classes * inner + p % inner; };
+    const bool parallel = positions * classes >= kGrain;
+    if (!e_.grad) {
+      const double total = sum_in_parts(positions, [&](int64_t p) -> double {
+        if (lab[p] == e_.ignore_index) return 0.0;
+        const Lse f = lse(x + base(p), classes, inner);
+        const double nll = f.lse - (x[base(p) + lab[p] * inner] - f.max);
+        return eps == 0 ? nll
+                        : keep * nll + eps * (f.lse - f.sum_shifted / static_cast<double>(classes));
+      }, parallel);
+      *r.at<double>(e_.out) = total / static_cast<double>(count);  // no labels: NaN, as torch
+      return;
+    }
+    const double scale = *r.at<double>(e_.dloss) / static_cast<double>(count);
+    const double spread = eps / static_cast<double>(classes);
+    double* dx = r.at<double>(e_.out);
+#pragma omp parallel for schedule(static) if(parallel)
+    for (int64_t p = 0; p < positions; ++p) {
+      const double* z = x + base(p);
+      double* d = dx + base(p);
+      if (lab[p] == e_.ignore_index) {
+        for (int64_t c = 0; c < classes; ++c) d[c * inner] = 0.0 * scale;  // NaN if count is 0
+        continue;
+      }
+      const Lse f = lse(z, classes, inner);
+      for (int64_t c = 0; c < classes; ++c) {
+        const double prob = std::exp(z[c * inner] - f.max) / f.sum;
+        d[c * inner] = (prob - spread - (c == lab[p] ? keep : 0.0)) * scale;
+      }
+    }
+  }
+
+ private:
+  struct Lse {
+    double max, sum, lse, sum_shifted;  // sum_shifted: of z - max over the classes
+  };
+  static Lse lse(const double* z, int64_t classes, int64_t inner) {
+    const double inf = std::numeric_limits<double>::infinity();
+    bool bad = false, any = false;
+    double m = -inf;
+    for (int64_t c = 0; c < classes; ++c) {
+      const double v = z[c * inner];
+      bad |= v != v || v == inf;
+      any |= v != -inf;
+      m = v > m ? v : m;
+    }
+    if (bad || !any) {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      return {nan, nan, nan, nan};
+    }
+    double s = 0, shifted = 0;
+    for (int64_t c = 0; c < classes; ++c) {
+      s += std::exp(z[c * inner] - m);
+      shifted += z[c * inner] - m;
+    }
+    return {m, s, std::log(s), shifted};
+  }
+
+  CrossEntropy e_;
+};
+
+// float64 SigmoidBCE: max(z, 0) - z t + log1p(exp(-|z|)) summed in parts (loops.h) over the
+// size; SigmoidBCEGrad (sigmoid(z) - t) dloss / size, sigmoid from exp(-|z|) on either side.
+class BceF64 : public Kernel {
+ public:
+  explicit BceF64(const Node& n)
+      : grad_(n.in.size() == 3), size_(n.in[grad_ ? 1 : 0].size()),
+        x_(n.in[grad_ ? 1 : 0].id), t_(n.in[grad_ ? 2 : 1].id), dloss_(grad_ ? n.in[0].id : -1),
+        out_(n.out[0].id) {}
+  void run(const Run& r) override {
+    const double* x = r.at<double>(x_);
+    const double* t = r.at<double>(t_);
+    const int64_t size = size_;
+    const double count = static_cast<double>(std::max<int64_t>(size, 1));
+    if (!grad_) {
+      *r.at<double>(out_) = sum_in_parts(size, [&](int64_t i) {
+        return std::max(x[i], 0.0) - x[i] * t[i] + std::log1p(std::exp(-std::fabs(x[i])));
+      }) / count;
+      return;
+    }
+    const double w = *r.at<double>(dloss_) / count;
+    double* dx = r.at<double>(out_);
+#pragma omp parallel for if(size >= kGrain)
+    for (int64_t i = 0; i < size; ++i) {
+      const double e = std::exp(-std::fabs(x[i]));
+      const double s = x[i] >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+      dx[i] = (s - t[i]) * w;
+    }
+  }
+
+ private:
+  bool grad_;
+  int64_t size_;
+  int x_, t_, dloss_, out_;
+};
+
+KernelPtr sce(const Node& n) {
+  if (loss_f64(n)) return std::make_unique<SoftmaxCrossEntropyF64>(n);
+  return std::make_unique<SoftmaxCrossEntropy>(n);
+}
+KernelPtr bce(const Node& n) {
+  if (all_f64(n)) return std::make_unique<BceF64>(n);
+  return std::make_unique<PairLoss>(n, 'b');
+}
 KernelPtr mse(const Node& n) {
   if (all_f64(n)) return std::make_unique<MseF64>(n);
   return std::make_unique<PairLoss>(n, 'm');
@@ -274,10 +408,10 @@ KernelPtr mse(const Node& n) {
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(loss) {
-  r["SoftmaxCrossEntropy"] = sce;
-  r["SoftmaxCrossEntropyGrad"] = sce;
-  r["SigmoidBCE"] = bce;
-  r["SigmoidBCEGrad"] = bce;
+  r["SoftmaxCrossEntropy"] = {sce, "float32,int64|float64,int64"};
+  r["SoftmaxCrossEntropyGrad"] = {sce, "float32,int64|float64,int64"};
+  r["SigmoidBCE"] = {bce, "float32|float64"};
+  r["SigmoidBCEGrad"] = {bce, "float32|float64"};
   r["MSE"] = {mse, "float32|float64"};
   r["MSEGrad"] = {mse, "float32|float64"};
 }

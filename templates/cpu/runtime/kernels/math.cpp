@@ -4,9 +4,11 @@
 // ~10x torch's float32 error), EluGrad, Sign, Selu,
 // SeluGrad, Clip, ClipGrad, Erf, CausalMask. Each functor is the reference's formula element by
 // element, in float. Relu and ReluGrad also take bfloat16 / float16 tensors (widened()); Relu,
-// ReluGrad, Exp and Log float64 ones (the same rules in double).
+// ReluGrad, Exp, Log, Sign and CausalMask float64 ones (the same rules in double).
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <type_traits>
 
 #include "../dnnl_kernel.h"
 #include "../fused_relu.h"
@@ -76,7 +78,10 @@ KernelPtr elu_grad(const Node& n) {
   return map2(n, [a](float dy, float x) { return x > 0.f ? dy : dy * a * std::exp(x); });
 }
 
+// float64: the same rule in double (l1_loss's, huber_loss's and smooth_l1_loss's gradient
+// through Abs).
 KernelPtr sign(const Node& n) {
+  if (all_f64(n)) return map1_f64(n, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; });
   return map1(n, [](float x) { return x > 0.f ? 1.f : x < 0.f ? -1.f : x; });
 }
 
@@ -123,28 +128,35 @@ KernelPtr clip_grad(const Node& n) {
 
 KernelPtr erf_(const Node& n) { return map1(n, [](float x) { return std::erf(x); }); }
 
-// y = x where column <= row over the last two axes, else `value` (absent: -inf).
+// y = x where column <= row over the last two axes, else `value` (absent: -inf). T: float, or
+// double for a float64 node (a float64 model's causal attention scores, then Softmax's float64
+// rows), the value kept in T.
+template <class T>
 class CausalMask : public Kernel {
  public:
   explicit CausalMask(const Node& n) : x_(n.in[0].id), y_(n.out[0].id) {
-    require_f32(n);
+    if constexpr (std::is_same_v<T, double>) {
+      if (!all_f64(n)) throw std::runtime_error("CausalMask: float64 input and output");
+    } else {
+      require_f32(n);
+    }
     const Shape& s = n.in[0].shape;
     rows_ = s[s.size() - 2];
     cols_ = s[s.size() - 1];
-    mats_ = rows_ * cols_ ? n.in[0].size() / (rows_ * cols_) : 0;
-    value_ = n.attrs.has("value") ? static_cast<float>(n.attrs.f("value"))
-                                  : -std::numeric_limits<float>::infinity();
+    mats_ = rows_ * cols_ != 0 ? n.in[0].size() / (rows_ * cols_) : 0;
+    value_ = n.attrs.has("value") ? static_cast<T>(n.attrs.f("value"))
+                                  : -std::numeric_limits<T>::infinity();
   }
   void run(const Run& r) override {
-    const float* x = r.at<float>(x_);
-    float* y = r.at<float>(y_);
+    const T* x = r.at<T>(x_);
+    T* y = r.at<T>(y_);
     const int64_t rows = rows_, cols = cols_, all = mats_ * rows_;
-    const float value = value_;
+    const T value = value_;
 #pragma omp parallel for
     for (int64_t m = 0; m < all; ++m) {
       const int64_t i = m % rows;
-      const float* xr = x + m * cols;
-      float* yr = y + m * cols;
+      const T* xr = x + m * cols;
+      T* yr = y + m * cols;
       for (int64_t j = 0; j < cols; ++j) yr[j] = j <= i ? xr[j] : value;
     }
   }
@@ -152,10 +164,13 @@ class CausalMask : public Kernel {
  private:
   int x_, y_;
   int64_t rows_, cols_, mats_;
-  float value_;
+  T value_;
 };
 
-KernelPtr causal_mask(const Node& n) { return std::make_unique<CausalMask>(n); }
+KernelPtr causal_mask(const Node& n) {
+  if (n.in[0].dtype == F64) return std::make_unique<CausalMask<double>>(n);
+  return std::make_unique<CausalMask<float>>(n);
+}
 
 }  // namespace
 
@@ -166,13 +181,13 @@ PLANNER_REGISTER_KERNELS(math) {
   r["Exp"] = {exp_, "float32|float64"};
   r["Log"] = {log_, "float32|float64"};
   r["EluGrad"] = elu_grad;
-  r["Sign"] = sign;
+  r["Sign"] = {sign, "float32|float64"};
   r["Selu"] = selu;
   r["SeluGrad"] = selu_grad;
   r["Clip"] = clip;
   r["ClipGrad"] = clip_grad;
   r["Erf"] = erf_;
-  r["CausalMask"] = causal_mask;
+  r["CausalMask"] = {causal_mask, "float32|float64"};
 }
 
 }  // namespace planner

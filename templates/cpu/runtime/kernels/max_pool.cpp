@@ -30,6 +30,7 @@
 #include "../dnnl_kernel.h"
 #include "../loops.h"
 #include "pool.h"
+#include "pool_f64.h"
 
 namespace planner {
 namespace {
@@ -322,14 +323,19 @@ KernelPtr max_pool_f32(const Node& n) { return std::make_unique<MaxPool>(n); }
 KernelPtr max_pool_grad_f32(const Node& n) { return std::make_unique<MaxPoolGrad>(n); }
 // bfloat16 / float16 (mixed precision): the float32 loops on widened copies, so a window's
 // overlapping gradients add in float32 and dx is rounded once, as the reference does.
-KernelPtr max_pool(const Node& n) { return widened(n, max_pool_f32); }
-KernelPtr max_pool_grad(const Node& n) { return widened(n, max_pool_grad_f32); }
+// float64: pool_f64.cpp's loops in double.
+KernelPtr max_pool(const Node& n) {
+  return n.in[0].dtype == F64 ? max_pool_f64(n) : widened(n, max_pool_f32);
+}
+KernelPtr max_pool_grad(const Node& n) {
+  return n.in[0].dtype == F64 ? max_pool_grad_f64(n) : widened(n, max_pool_grad_f32);
+}
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(max_pool) {
-  r["MaxPool"] = max_pool;
-  r["MaxPoolGrad"] = max_pool_grad;
+  r["MaxPool"] = {max_pool, "float32|float64"};
+  r["MaxPoolGrad"] = {max_pool_grad, "float32|float64"};
 }
 
 }  // namespace planner

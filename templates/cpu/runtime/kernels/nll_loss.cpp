@@ -2,13 +2,16 @@
 // as (outer, classes, inner): position p reads class c at base(p) + c * inner. Per position
 //   l = -(1 - eps) w[y] x[y] - (eps / C) sum_c w[c] x[c]   (0 where y == ignore_index)
 // reduced as the node's reduction; sums run in double. The gradient writes every class of a
-// position: -g (eps / C) w[c], less g (1 - eps) w[y] at the label.
+// position: -g (eps / C) w[c], less g (1 - eps) w[y] at the label. T: float, or double for a
+// float64 node (the same loops; the loss summed in parts fixed by the sizes, loops.h, so every
+// thread count gives the same bits).
 #include <omp.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "../loops.h"
 #include "nll_loss.h"
@@ -16,9 +19,17 @@
 namespace planner {
 namespace {
 
+template <class T>
 class NLLLoss : public Kernel {
  public:
-  explicit NLLLoss(const Node& n) : e_(nll_loss(n)) { require_f32(n); }  // common/nll_loss.h
+  explicit NLLLoss(const Node& n) : e_(nll_loss(n)) {  // common/nll_loss.h
+    const int want = std::is_same_v<T, double> ? F64 : F32;
+    for (const auto* side : {&n.in, &n.out})
+      for (const TensorRef& t : *side)
+        if (t.dtype != want && t.dtype != I64)
+          throw std::runtime_error(std::string("NLLLoss: ") +
+                                   (want == F64 ? "float64" : "float32") + " values, int64 labels");
+  }
   // Fed labels are checked before any op runs, so a step that raises changes no state.
   void check_feeds(const Run& r, const std::vector<char>& fed) const override {
     if (fed[e_.labels]) check_labels(r.at<int64_t>(e_.labels));
@@ -26,8 +37,8 @@ class NLLLoss : public Kernel {
   void run(const Run& r) override {
     const int64_t* lab = r.at<int64_t>(e_.labels);
     check_labels(lab);
-    const float* x = r.at<float>(e_.x);
-    const float* w = e_.weight >= 0 ? r.at<float>(e_.weight) : nullptr;
+    const T* x = r.at<T>(e_.x);
+    const T* w = e_.weight >= 0 ? r.at<T>(e_.weight) : nullptr;
     const int64_t positions = e_.positions(), cols = e_.classes.extent;
     const int64_t inner = e_.classes.inner;
     const double eps = e_.label_smoothing, spread = eps / static_cast<double>(cols);
@@ -36,9 +47,9 @@ class NLLLoss : public Kernel {
     for (int64_t p = 0; p < positions; ++p)
       if (lab[p] != e_.ignore_index) denominator += w ? w[lab[p]] : 1.0;
     if (!e_.grad) {
-      float* out = r.at<float>(e_.out);
+      T* out = r.at<T>(e_.out);
       const double total = sum_in_parts(positions, [&](int64_t p) {
-        const float* xp = x + (p / inner) * cols * inner + p % inner;
+        const T* xp = x + (p / inner) * cols * inner + p % inner;
         double l = 0;
         if (lab[p] != e_.ignore_index) {
           const double wy = w ? w[lab[p]] : 1.0;
@@ -49,32 +60,32 @@ class NLLLoss : public Kernel {
             l -= spread * s;
           }
         }
-        if (e_.reduction == LossReduction::kNone) out[p] = static_cast<float>(l);
+        if (e_.reduction == LossReduction::kNone) out[p] = static_cast<T>(l);
         return l;
       }, positions * cols >= kGrain);
-      if (e_.reduction == LossReduction::kSum) *out = static_cast<float>(total);
+      if (e_.reduction == LossReduction::kSum) *out = static_cast<T>(total);
       // The mean of no labels (all ignored) is NaN, as in PyTorch.
-      if (e_.reduction == LossReduction::kMean) *out = static_cast<float>(total / denominator);
+      if (e_.reduction == LossReduction::kMean) *out = static_cast<T>(total / denominator);
       return;
     }
-    const float* dloss = r.at<float>(e_.dloss);
-    float* dx = r.at<float>(e_.out);
+    const T* dloss = r.at<T>(e_.dloss);
+    T* dx = r.at<T>(e_.out);
     const bool per_position = e_.reduction == LossReduction::kNone;
-    // As the reference: the weight dloss / denominator rounded to float first.
-    const float scalar = e_.reduction == LossReduction::kMean
-                             ? dloss[0] / static_cast<float>(denominator)
+    // As the reference: the weight dloss / denominator rounded to T first.
+    const T scalar = e_.reduction == LossReduction::kMean
+                         ? dloss[0] / static_cast<T>(denominator)
                              : dloss[0];
 #pragma omp parallel for if(positions * cols >= kGrain)
     for (int64_t p = 0; p < positions; ++p) {
-      float* d = dx + (p / inner) * cols * inner + p % inner;
+      T* d = dx + (p / inner) * cols * inner + p % inner;
       if (lab[p] == e_.ignore_index) {
-        for (int64_t c = 0; c < cols; ++c) d[c * inner] = 0.f;
+        for (int64_t c = 0; c < cols; ++c) d[c * inner] = T(0);
         continue;
       }
-      const float g = per_position ? dloss[p] : scalar;
+      const T g = per_position ? dloss[p] : scalar;
       for (int64_t c = 0; c < cols; ++c)
-        d[c * inner] = -g * static_cast<float>(spread * (w ? w[c] : 1.0));
-      d[lab[p] * inner] -= g * static_cast<float>((1.0 - eps) * (w ? w[lab[p]] : 1.0));
+        d[c * inner] = -g * static_cast<T>(spread * (w ? w[c] : 1.0));
+      d[lab[p] * inner] -= g * static_cast<T>((1.0 - eps) * (w ? w[lab[p]] : 1.0));
     }
   }
 
@@ -93,13 +104,16 @@ class NLLLoss : public Kernel {
   NllLoss e_;
 };
 
-KernelPtr nll_loss_kernel(const Node& n) { return std::make_unique<NLLLoss>(n); }
+KernelPtr nll_loss_kernel(const Node& n) {
+  if (n.out[0].dtype == F64) return std::make_unique<NLLLoss<double>>(n);
+  return std::make_unique<NLLLoss<float>>(n);
+}
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(nll_loss) {
-  r["NLLLoss"] = nll_loss_kernel;
-  r["NLLLossGrad"] = nll_loss_kernel;
+  r["NLLLoss"] = {nll_loss_kernel, "float32,int64|float64,int64"};
+  r["NLLLossGrad"] = {nll_loss_kernel, "float32,int64|float64,int64"};
 }
 
 }  // namespace planner

@@ -5,6 +5,7 @@
 // ISA has none (native_or_widened).
 #include "../dnnl_kernel.h"
 #include "pool.h"
+#include "pool_f64.h"
 
 namespace planner {
 namespace {
@@ -49,7 +50,10 @@ KernelPtr avg_pool_any(const Node& n) {
   return k;
 }
 
-KernelPtr avg_pool(const Node& n) { return native_or_widened(n, avg_pool_any); }
+// float64: pool_f64.cpp's loops in double (oneDNN 3.2's pooling has no f64).
+KernelPtr avg_pool(const Node& n) {
+  return n.in[0].dtype == F64 ? avg_pool_f64(n) : native_or_widened(n, avg_pool_any);
+}
 
 // [dy] -> dx of shape input_shape.
 KernelPtr avg_pool_grad_any(const Node& n) {
@@ -72,13 +76,15 @@ KernelPtr avg_pool_grad_any(const Node& n) {
   return k;
 }
 
-KernelPtr avg_pool_grad(const Node& n) { return native_or_widened(n, avg_pool_grad_any); }
+KernelPtr avg_pool_grad(const Node& n) {
+  return n.in[0].dtype == F64 ? avg_pool_grad_f64(n) : native_or_widened(n, avg_pool_grad_any);
+}
 
 }  // namespace
 
 PLANNER_REGISTER_KERNELS(pool) {
-  r["AvgPool"] = avg_pool;
-  r["AvgPoolGrad"] = avg_pool_grad;
+  r["AvgPool"] = {avg_pool, "float32|float64"};
+  r["AvgPoolGrad"] = {avg_pool_grad, "float32|float64"};
 }
 
 }  // namespace planner
