@@ -40,8 +40,9 @@ LEFT = (
     "arithmetic (add, mul, floor division, fmod, ...) on computed integer tensors, and "
     "bitwise ops on integer tensors (comparisons, logic and casts of them are supported); "
     "float64 tensors on the CUDA executor, and on the CPU executor outside the ops of a "
-    "float64 MLP's step (matmul, bias, the pointwise activations and table, sums, MSE, SGD / "
-    "Adam: docs/executor.md, \"dtypes\"; the reference interpreter runs them all)",
+    "float64 MLP's or small CNN's step (matmul, bias, the pointwise activations and table, "
+    "sums, convolutions, normalisations, softmaxes, pools, the losses, SGD / Adam: "
+    "docs/executor.md, \"dtypes\"; the reference interpreter runs them all)",
     "random ops in forward (`randn_like`: feed the noise as an input, as a VAE's "
     "reparametrization can); data-dependent control flow",
     "ONNX: Gather of a computed integer tensor; GatherND, ScatterND and ScatterElements on "
