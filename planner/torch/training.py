@@ -489,10 +489,11 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     print(f"trainer: {type(module).__name__}: tracing (torch.export) and planning for inputs "
           f"{spell(tuple(tuple(int(d) for d in v.shape) for v in planned))} on {target}",
           file=sys.stderr, flush=True)
-    first = _build_shape(recipe, planned)
+    traced, imported = _range_traced(recipe, examples, planned)
+    first = _build_shape(recipe, planned, imported)
     state = module.state_dict()
     aliases, start = _not_held(state, first.graph)
-    run = _shapes(recipe, first, shape_cache, planned)
+    run = _shapes(recipe, first, shape_cache, planned, traced)
     t = Trainer(first.imported, first.graph, first.executor, list(state), start, aliases,
                 first.plan, run, None if isinstance(optimizer, str) else optimizer,
                 ranks=recipe.ranks)
@@ -520,11 +521,37 @@ def _first_planned(recipe: Recipe, examples: tuple[Any, ...],
     return min(covering, key=lambda d: sum(math.prod(s) for s in shapes(d)), default=examples)
 
 
-def _shapes(recipe: Recipe, first: Built, limit: int | None, examples: Sequence[Any]) -> Shapes:
+def _range_traced(recipe: Recipe, examples: tuple[Any, ...], planned: tuple[Any, ...]
+                  ) -> tuple[dict[Any, Any], TorchImport | None]:
+    """The run's traces (`traced`: shapes -> (import, step graph), and its one symbolic trace)
+    and the import of the shapes planned first, where those are a declared range's (not the
+    examples'): traced once for every size from the start, the range's largest shapes and the
+    examples both imported from it. A declared range brings many shapes, and two concrete
+    traces (the largest, the examples') and then the symbolic one at the next new shape cost
+    about twice the symbolic one alone, all but its last on the first step, and the next shape
+    waited seconds (4.6 s on the text workload's encoder) where the later ones wait none.
+    Elsewhere, and where torch cannot trace so or the trace does not hold the range's sizes:
+    nothing yet (the first shapes traced as they are)."""
+    from planner.importers.torch.record import OutsideTrace
+
+    traced: dict[Any, Any] = {}
+    if planned is examples:
+        return traced, None
+    symbolic = traced[_SYMBOLIC] = _symbolic_trace(recipe, examples)
+    if symbolic is None:
+        return traced, None
+    try:
+        return traced, convert(symbolic.at(separate(planned)), name=type(recipe.module).__name__,
+                               module_root=PREFIX.rstrip("."), complex_outputs=True)
+    except OutsideTrace:
+        return traced, None
+
+
+def _shapes(recipe: Recipe, first: Built, limit: int | None, examples: Sequence[Any],
+            traced: dict[Any, Any]) -> Shapes:
     """The run's shapes from `first`: others planned as `first` was (ZeRO-3: with its bucket
-    size), or run in its range."""
+    size), or run in its range, traced as `traced` (_range_traced) holds them."""
     recipe = _first_buckets(recipe, first)
-    traced: dict[Any, tuple[Any, Any]] = {}  # shapes -> (import, step graph): traced once
     return Shapes(first, lambda arrays, imported=None: _build_shape(recipe, arrays, imported),
                   limit=limit,
                   within=lambda ranged, arrays: _shape_within(recipe, ranged, arrays, traced),
