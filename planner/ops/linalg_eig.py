@@ -90,11 +90,11 @@ def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     else:
         w, v = np.linalg.eig(np.where(bad[..., None, None], 0.0, x))
         v = phased(v.astype(complex))
-    w = np.where(bad[..., None], np.nan, w.astype(complex))
-    v = np.where(bad[..., None, None], np.nan, v)
+    w = np.stack([w.real, w.imag], -1)
+    v = np.stack([v.real, v.imag], -1).reshape((*x.shape[:-2], n, n, 2))
     dtype = xs[0].dtype
-    return [np.stack([w.real, w.imag], -1).astype(dtype),
-            np.stack([v.real, v.imag], -1).reshape((*x.shape[:-2], n, n, 2)).astype(dtype)]
+    return [np.where(bad[..., None, None], np.nan, w).astype(dtype),
+            np.where(bad[..., None, None, None], np.nan, v).astype(dtype)]
 
 
 # ---- the gradient, on planes -----------------------------------------------------------------
