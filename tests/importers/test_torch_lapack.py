@@ -155,7 +155,7 @@ def test_eigenvectors_read_by_their_phase_are_refused(read, reader):
         planner.torch.convert(torch.export.export(_Vectors(read), (torch.randn(3, 3),)))
     assert f"node {reader}" in str(e.value)
     assert "reads V (the eigenvectors) of node 'linalg_eig'" in str(e.value)
-    assert "only their moduli (.abs()) are offered" in str(e.value)
+    assert "only their moduli (.abs()) and the eigenvalues are offered" in str(e.value)
 
 
 def test_reflections_and_matrix_exp_match_torch_forward_and_backward():

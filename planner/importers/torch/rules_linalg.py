@@ -405,9 +405,9 @@ def eigh(n: NodeCtx) -> Value:
 
 # ---- eig, eigvals: complex results of a real matrix ----------------------------------------------
 
-_PHASES = ("whose phases are LAPACK's choice, which the planner cannot give as torch does (torch's "
-           "MKL and the planner's OpenBLAS make a complex eigenvector's largest entry real but "
-           "of either sign): only their moduli (.abs()) are offered, and the eigenvalues")
+_PHASES = ("whose phases are LAPACK's choice, not torch's (its MKL signs a complex eigenvector's "
+           "largest entry otherwise than OpenBLAS): only their moduli (.abs()) and the "
+           "eigenvalues are offered")
 
 
 def _eig(n: NodeCtx) -> tuple[str, str]:
