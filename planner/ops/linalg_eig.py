@@ -15,10 +15,10 @@ that do not see the phase (docs/front-end.md, "Eigenvalues of general matrices")
 Both the CPU kernel (templates/cpu/runtime/kernels/lapack.cpp, `LapackEig`) and the reference
 compute in float64 (LAPACK dgeev) for float32 and float64 inputs alike and round once: the
 order of eigenvalues then is float64 geev's, which a float32 geev need not keep (MKL's sgeev,
-torch's float32 eig, reorders about 1 random 1..8 x 1..8 matrix in 15 against its own
-dgeev; OpenBLAS's sgeev and dgeev agreed on all 2000 tried). A matrix holding NaN or inf
-gives NaN throughout (LAPACK's geev is not defined there), as does one where geev does not
-converge. CPU only.
+torch's float32 eig, reordered 126 of 2000 normal n x n matrices, n in 1..8, against MKL's
+dgeev, bench/eig_orders.py; numpy's float32 eig, OpenBLAS's sgeev, kept that order on all
+2000). A matrix holding NaN or inf gives NaN throughout (LAPACK's geev is not defined there),
+as does one where geev does not converge. CPU only.
 
 Gradient: derivatives.yaml's linalg_eig_backward (torch/csrc/autograd/FunctionsManual.cpp)
 for a real A, with E_ij = conj(L_j) - conj(L_i) (1 on the diagonal):

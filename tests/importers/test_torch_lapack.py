@@ -1,12 +1,12 @@
 """torch.linalg's solve, cholesky, inv, slogdet, eigh, eig, eigvals, lu_factor, lu_solve, lu,
 qr, svdvals, householder_product, matrix_exp and torch's geqrf and ormqr on the CPU executor,
 whose kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp; matrix_exp:
-float64 GEMMs and an LU solve, eig: dgeev, each rounded once): forward and gradients against torch in float32 and float64
-(within 10x torch's own float32 error plus 16 ulps: both factor in float32, each with an error
-that grows with the matrix's condition number, which these cases keep below about 100),
-torch's error at step time for a matrix that does not factor, and layers solving a small SPD
-system and a flow's LU-factored linear map trained through planner.torch.trainer as PyTorch
-trains them."""
+float64 GEMMs and an LU solve, eig: dgeev, each rounded once): forward and gradients against
+torch in float32 and float64 (within 10x torch's own float32 error plus 16 ulps: both factor
+in float32, each with an error that grows with the matrix's condition number, which these
+cases keep below about 100), torch's error at step time for a matrix that does not factor,
+and layers solving a small SPD system and a flow's LU-factored linear map trained through
+planner.torch.trainer as PyTorch trains them."""
 
 from __future__ import annotations
 
