@@ -25,6 +25,7 @@ one table (log1p, trigonometric, rounding, fmod, remainder, atan2, lerp, compari
 isnan, ...), each row's reference, gradient ops and kernels derived from its formula.
 integer: BitwiseAnd/Or/Xor/Not, ShiftLeft/Right, IntDivFloor, IntDivTrunc, IntRemainder.
 fft: FFT (complex-to-complex DFT of a complex tensor's planes; pocketfft on the CPU).
+linalg_eig: MatrixEig (a general real matrix's eigenvalues and eigenvectors, as planes).
 """
 
 from planner.ops import (  # noqa: F401, E402
@@ -49,6 +50,7 @@ from planner.ops import (  # noqa: F401, E402
     integer,
     layer_norm,
     linalg,
+    linalg_eig,
     log_softmax,
     loss,
     loss_scale,

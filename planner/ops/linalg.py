@@ -28,6 +28,9 @@ geqrf and what decomposes onto them).
                    largest magnitude (the first such) is positive (torch's sign is LAPACK's
                    arbitrary choice). CPU only.
 
+(MatrixEig, a general matrix's complex eigenvalues and eigenvectors as planes, is
+planner/ops/linalg_eig.py.)
+
 MatrixInverse, MatrixSolve, MatrixLuFactor and Cholesky with attr `info` also give torch's
 `_ex` forms' info (int32, per matrix): 0, or LAPACK's info where the factorization failed: the
 1-based index of LU's first zero pivot, or of Cholesky's first leading minor that is not

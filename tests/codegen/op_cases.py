@@ -551,6 +551,8 @@ CASES: dict[str, list[tuple]] = {
     "Cholesky": [([((2, 5, 5), N)], {}), ([((2, 4, 4), N)], {"info": True})],
     # made symmetric (_derived); the second reads only the upper triangle
     "MatrixEigh": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"upper": True})],
+    # general matrices: complex pairs and real eigenvalues; float64 (tests/ops/test_linalg_eig.py)
+    "MatrixEig": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {})],
     "MatrixLuFactor": [([((3, 4, 4), N)], {}), ([((5, 5), N)], {"info": True}),
                        ([((2, 3, 5), N)], {}), ([((5, 3), N)], {"info": True})],
     "LuPermutation": [([((2, 4), ids(4))], {}), ([((2, 3), ids(3))], {"rows": 5})],

@@ -1,12 +1,12 @@
-"""torch.linalg's solve, cholesky, inv, slogdet, eigh, lu_factor, lu_solve, lu, qr, svdvals,
-householder_product, matrix_exp and torch's geqrf and ormqr on the CPU executor, whose kernels
-call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp; matrix_exp: float64 GEMMs
-and an LU solve, rounded once): forward and gradients against torch in float32 and float64
-(within 10x torch's own float32 error plus 16 ulps: both factor in float32, each with an error
-that grows with the matrix's condition number, which these cases keep below about 100),
-torch's error at step time for a matrix that does not factor, and layers solving a small SPD
-system and a flow's LU-factored linear map trained through planner.torch.trainer as PyTorch
-trains them."""
+"""torch.linalg's solve, cholesky, inv, slogdet, eigh, eig, eigvals, lu_factor, lu_solve, lu,
+qr, svdvals, householder_product, matrix_exp and torch's geqrf and ormqr on the CPU executor,
+whose kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp; matrix_exp:
+float64 GEMMs and an LU solve, eig: dgeev, each rounded once): forward and gradients against
+torch in float32 and float64 (within 10x torch's own float32 error plus 16 ulps: both factor
+in float32, each with an error that grows with the matrix's condition number, which these
+cases keep below about 100), torch's error at step time for a matrix that does not factor,
+and layers solving a small SPD system and a flow's LU-factored linear map trained through
+planner.torch.trainer as PyTorch trains them."""
 
 from __future__ import annotations
 
@@ -100,6 +100,62 @@ class Reflections(torch.nn.Module):
                 torch.linalg.matrix_exp(0.3 * self.m), torch.linalg.matrix_exp(3 * self.m),
                 q, r, torch.linalg.svdvals(self.x),
                 packed, tau, torch.linalg.householder_product(packed, tau))
+
+
+class Eigen(torch.nn.Module):
+    """eig and eigvals of general matrices (complex pairs and real eigenvalues): the
+    eigenvalues as planes, their moduli, and the eigenvectors' moduli (the reader of V that
+    sees no phase, which is all the import offers of V)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.a = torch.nn.Parameter(torch.randn(2, 4, 4, generator=g))
+        self.b = torch.nn.Parameter(torch.randn(5, 5, generator=g))
+
+    def forward(self):
+        values, vectors = torch.linalg.eig(self.a)
+        return (torch.view_as_real(torch.linalg.eigvals(self.b)), torch.view_as_real(values),
+                vectors.abs(), values.abs().square().sum())
+
+
+def test_eig_matches_torch_forward_and_backward():
+    module = Eigen()
+    g = torch.Generator().manual_seed(6)
+    cotangents = [torch.randn(o.shape, generator=g) for o in module()]
+    (o32, g32), (o64, g64) = (_eager(module, cotangents, d) for d in (torch.float32,
+                                                                     torch.float64))
+    mine = copy.deepcopy(module)
+    outs = torch.compile(mine, backend="planner", options={"fallback": False})()
+    torch.autograd.backward(outs, cotangents)
+    for k, out in enumerate(outs):
+        assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
+    for name, p in mine.named_parameters():
+        assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+
+
+class _Vectors(torch.nn.Module):
+    def __init__(self, read) -> None:
+        super().__init__()
+        self.read = read
+
+    def forward(self, x):
+        return self.read(torch.linalg.eig(x).eigenvectors)
+
+
+@pytest.mark.parametrize("read,reader", [(lambda v: torch.view_as_real(v), "'view_as_real'"),
+                                          (lambda v: v.real * 2, "'view_as_real' from real"),
+                                          (lambda v: v[0].abs(), "'select'")])
+def test_eigenvectors_read_by_their_phase_are_refused(read, reader):
+    """Any reader of V but its modulus sees the phase, which is LAPACK's choice (torch's MKL's,
+    not the planner's OpenBLAS's): one line naming the reader, V and the node."""
+    import planner.torch
+
+    with pytest.raises(planner.torch.TorchImportError) as e:
+        planner.torch.convert(torch.export.export(_Vectors(read), (torch.randn(3, 3),)))
+    assert f"node {reader}" in str(e.value)
+    assert "reads V (the eigenvectors) of node 'linalg_eig'" in str(e.value)
+    assert "only their moduli (.abs()) and the eigenvalues are offered" in str(e.value)
 
 
 def test_reflections_and_matrix_exp_match_torch_forward_and_backward():

@@ -107,6 +107,7 @@ from planner.importers.torch.record import (
 from planner.importers.torch.rules_complex import (
     COMPLEX_DTYPES,
     Cx,
+    Phased,
     complex_const,
     convert_complex,
 )
@@ -541,6 +542,8 @@ def _outputs(program: Program, env: dict[str, Any], imp: Importer,
         if spec.kind == "user_output":
             value = env.get(spec.name)
             if isinstance(value, _Unavailable) and value.why:
+                raise TorchImportError(f"output {spec.name!r}: {value.why}")
+            if isinstance(value, Phased):
                 raise TorchImportError(f"output {spec.name!r}: {value.why}")
             if isinstance(value, Cx) and planes is not None:  # given out as its planes
                 planes.append(len(outputs))

@@ -58,6 +58,19 @@ class Cx:
     v: str | Const
 
 
+@dataclass(frozen=True)
+class Phased(Cx):
+    """A complex value whose columns' phases are the planner's choice, not torch's (the
+    eigenvectors of linalg_eig): only a reader that does not see them (PHASE_FREE, the
+    modulus) may read it; `why` names it and its node for the error of any other reader, or
+    of the program's output."""
+
+    why: str = ""
+
+
+# what may read a Phased value: the elementwise modulus, the same for every phase
+PHASE_FREE = frozenset({"aten.abs.default"})
+
 CX_RULES = Rules("ATen complex")
 cx_rule = CX_RULES.rule
 
@@ -72,8 +85,20 @@ def reads_complex(args: Any) -> bool:
     return False
 
 
+def _phased(args: Any) -> Phased | None:
+    """The first Phased value in args (nested in tuples, lists and dicts), else None."""
+    if isinstance(args, Phased):
+        return args
+    items = args.values() if isinstance(args, dict) else args \
+        if isinstance(args, (tuple, list)) else ()
+    return next((p for p in map(_phased, items) if p is not None), None)
+
+
 def convert_complex(n: NodeCtx) -> Any:
     """The node `n` reading or giving a complex value, by its rule of CX_RULES."""
+    phased = _phased((n.args, n.kwargs))
+    if phased is not None and n.op not in PHASE_FREE:
+        raise n.fail(f"reads {phased.why}")
     fn = CX_RULES.get(n.op)
     if fn is None:
         raise Unsupported(f"{n.op} (on complex tensors)")

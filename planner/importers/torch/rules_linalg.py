@@ -1,5 +1,5 @@
 """torch.linalg's solvers and factorizations on planner/ops/linalg.py's MatrixInverse,
-MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr, MatrixEigh, MatrixGeqrf,
+MatrixSolve, MatrixSlogdet, Cholesky, MatrixSvd, MatrixQr, MatrixEigh, MatrixEig, MatrixGeqrf,
 MatrixExp, MatrixLdlFactor and MatrixLdlSolve:
 
     linalg_inv(_ex), _linalg_solve_ex   MatrixInverse, MatrixSolve (a vector B, left=False and
@@ -18,6 +18,8 @@ MatrixExp, MatrixLdlFactor and MatrixLdlSolve:
     linalg_pinv                         MatrixSvd, Vh^T diag(1 / S above the tolerance) U^T
     linalg_qr                           MatrixQr (tall or square; modes reduced and r)
     _linalg_eigh                        MatrixEigh (eigh, eigvalsh; UPLO L or U)
+    linalg_eig, linalg_eigvals          MatrixEig of a real matrix: L complex (planes), V only
+                                        to its modulus (its phases are not torch's)
     geqrf                               MatrixGeqrf (no gradient, as torch's)
     linalg_householder_product, ormqr   the compact WY form I - V T V^T of the reflectors:
                                         GEMMs and one triangular MatrixSolve
@@ -38,7 +40,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.importers.kit import Const, Unsupported
-from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, rule
+from planner.importers.torch.context import UNAVAILABLE, NodeCtx, Value, _in, rule
+from planner.importers.torch.rules_complex import Cx, Phased, cx_rule
 from planner.importers.torch.rules_products import require_floats, reshape_to
 
 
@@ -398,6 +401,42 @@ def eigh(n: NodeCtx) -> Value:
         raise n.fail(f"UPLO must be 'L' or 'U', got {uplo!r}")
     values, vectors = n.emit("MatrixEigh", [x], {"upper": uplo == "U"}, n_out=2)
     return values, vectors if n.arg(2, "compute_v", True) else UNAVAILABLE
+
+
+# ---- eig, eigvals: complex results of a real matrix ----------------------------------------------
+
+_PHASES = ("whose phases are LAPACK's choice, not torch's (its MKL signs a complex eigenvector's "
+           "largest entry otherwise than OpenBLAS): only their moduli (.abs()) and the "
+           "eigenvalues are offered")
+
+
+def _eig(n: NodeCtx) -> tuple[str, str]:
+    """MatrixEig's planes (L, V) of the real matrix argument 0; a complex one is refused."""
+    if isinstance(n.arg(0, "self"), Cx):
+        raise Unsupported(f"{n.op} (of a complex matrix)")
+    x = n.tensor(0)
+    require_floats(n, x)
+    values, vectors = n.emit("MatrixEig", [x], n_out=2)
+    return values, vectors
+
+
+@cx_rule("aten.linalg_eig.default")
+def eig(n: NodeCtx) -> Value:
+    """(L, V) of torch.linalg.eig, complex: MatrixEig's planes. L in geev's order, torch's
+    float64 one (planner/ops/linalg_eig.py); V Phased: its phases are not torch's, so only a
+    reader that does not see them (its modulus) may read it, and the gradient that reaches
+    MatrixEig through it is one that does not depend on them (torch's, whose phase check
+    then passes)."""
+    values, vectors = _eig(n)
+    why = (f"V (the eigenvectors) of node {n.label!r}{_in(n.module)} ({n.op}), {_PHASES}")
+    return Cx(values), Phased(vectors, why)
+
+
+@cx_rule("aten.linalg_eigvals.default", "aten._linalg_eigvals.default")
+def eigvals(n: NodeCtx) -> Value:
+    """torch.linalg.eigvals: MatrixEig's eigenvalues (its V computed too: the gradient reads
+    it, dA = Re(V^-H diag(dL) V^H), which no choice of V's phases changes)."""
+    return Cx(_eig(n)[0])
 
 
 # ---- Householder products: householder_product, ormqr (geqrf's Q) -----------------------------

@@ -52,6 +52,13 @@ void PLANNER_LAPACK(dgetrf)(const int* m, const int* n, double* a, const int* ld
 void PLANNER_LAPACK(dgetrs)(const char* trans, const int* n, const int* nrhs, const double* a,
                             const int* lda, const int* ipiv, double* b, const int* ldb,
                             int* info, size_t trans_len);
+// float64 geev (MatrixEig, in float64 for both dtypes): the real Schur form's eigenvalues
+// (wr, wi) and right eigenvectors (packed real: a complex pair's real and imaginary parts in two
+// columns)
+void PLANNER_LAPACK(dgeev)(const char* jobvl, const char* jobvr, const int* n, double* a,
+                           const int* lda, double* wr, double* wi, double* vl, const int* ldvl,
+                           double* vr, const int* ldvr, double* work, const int* lwork,
+                           int* info, size_t jobvl_len, size_t jobvr_len);
 // OpenBLAS's own: the threads one call may use (the kernels call LAPACK from each thread of
 // an OpenMP loop over the batch, so one each).
 void PLANNER_LAPACK_JOIN(PLANNER_LAPACK_PREFIX, openblas_set_num_threads)(int threads);

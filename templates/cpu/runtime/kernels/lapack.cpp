@@ -2,7 +2,7 @@
 // MatrixQr, MatrixGeqrf, MatrixLdlFactor and MatrixLdlSolve (planner/ops/linalg.py) through
 // LAPACK in float32 (../lapack.h): the matrices of the batch split between threads, each
 // copied into its thread's part of the scratch and factored there by one LAPACK call (QR:
-// two). MatrixExp by a Padé approximant of
+// two). MatrixEig (below) by dgeev in float64. MatrixExp by a Padé approximant of
 // float64 GEMMs and one LU solve. (And LuPermutation, which reads LAPACK's pivots.)
 //
 // The tensors are row-major, LAPACK column-major: the LU ops copy A transposed, so that LAPACK
@@ -565,6 +565,109 @@ KernelPtr lapack_exp(const Node& n) { return lapack_kernel(n, LapackOp::kExp); }
 KernelPtr lapack_ldl_factor(const Node& n) { return lapack_kernel(n, LapackOp::kLdlFactor); }
 KernelPtr lapack_ldl_solve(const Node& n) { return lapack_kernel(n, LapackOp::kLdlSolve); }
 
+// ---- MatrixEig (planner/ops/linalg_eig.py): dgeev of each matrix, in float64 for float32 and
+// float64 tensors alike (rounded once: a float32 geev may order the eigenvalues otherwise), the
+// eigenvalues as (re, im) planes in geev's order and the right eigenvectors unpacked from geev's
+// real form into planes: a real eigenvalue's vector is a column of VR, a complex pair's (the one
+// of positive imaginary part first) VR(:, j) +- i VR(:, j + 1). Each has norm 1 (geev's) and is
+// multiplied by the unit number that makes its entry of largest modulus (the first within a
+// relative kTie of it) real and positive. A matrix holding NaN or inf, or one geev does not
+// converge on, gives NaN throughout.
+
+constexpr int64_t kEigWork = 66;  // dgeev's work, doubles per column (linalg_eig.py's EIG_WORK)
+constexpr double kTie = 1e-9;     // (ops/linalg_eig.py's TIE)
+
+// doubles of one matrix's workspace: A, VR, wr and wi, work
+int64_t eig_doubles(int64_t n) { return 2 * n * n + 2 * n + kEigWork * std::max<int64_t>(n, 1); }
+
+template <typename T>
+class LapackEig : public Kernel {
+ public:
+  explicit LapackEig(const Node& n)
+      : threads_(n.threads), a_(n.in[0].id), l_(n.out[0].id), v_(n.out[1].id) {
+    const Shape& s = n.in[0].shape;
+    size_ = s.back();
+    for (size_t d = 0; d + 2 < s.size(); ++d) batch_ *= s[d];
+    if (size_ > std::numeric_limits<int>::max() / std::max<int64_t>(size_ * kEigWork, 1))
+      throw std::runtime_error("matrices of " + std::to_string(size_) +
+                               " rows are too large for LAPACK's 32-bit sizes");
+    static const bool one_thread_each = [] {
+      PLANNER_LAPACK_JOIN(PLANNER_LAPACK_PREFIX, openblas_set_num_threads)(1);
+      return true;
+    }();
+    (void)one_thread_each;
+  }
+  size_t scratch_bytes() const override {
+    return sizeof(double) * static_cast<size_t>(threads_ * eig_doubles(size_));
+  }
+  void run(const Run& r) override {
+    const T* a = r.at<T>(a_);
+    T* l = r.at<T>(l_);
+    T* v = r.at<T>(v_);
+    double* work = reinterpret_cast<double*>(r.scratch);
+    const int64_t per = eig_doubles(size_), batch = batch_, n = size_;
+    const int threads = std::max(1, std::min(r.threads, threads_));
+#pragma omp parallel for num_threads(threads) if(batch > 1 && batch * n * n * n >= kGrain)
+    for (int64_t m = 0; m < batch; ++m)
+      one(a + m * n * n, l + m * n * 2, v + m * n * n * 2, work + omp_get_thread_num() * per);
+  }
+
+ private:
+  void one(const T* a, T* l, T* v, double* x) const {
+    const int64_t n = size_;
+    double *vr = x + n * n, *wr = vr + n * n, *wi = wr + n, *work = wi + n;
+    bool finite = true;
+    for (int64_t i = 0; i < n; ++i)  // A column-major (LAPACK's), so that geev factors A itself
+      for (int64_t j = 0; j < n; ++j) finite &= std::isfinite(x[i + j * n] = a[i * n + j]);
+    const int nn = static_cast<int>(n), one_column = 1;
+    const int lwork = static_cast<int>(kEigWork * std::max<int64_t>(n, 1));
+    double unused = 0;
+    int info = 0;
+    if (finite && n > 0)
+      PLANNER_LAPACK(dgeev)("N", "V", &nn, x, &nn, wr, wi, &unused, &one_column, vr, &nn, work,
+                            &lwork, &info, 1, 1);
+    if (!finite || info != 0) {
+      std::fill(l, l + 2 * n, std::numeric_limits<T>::quiet_NaN());
+      std::fill(v, v + 2 * n * n, std::numeric_limits<T>::quiet_NaN());
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      l[2 * j] = static_cast<T>(wr[j]);
+      l[2 * j + 1] = static_cast<T>(wi[j]);
+      vector(j, vr, wi, v);
+    }
+  }
+
+  // eigenvector j into column j of v's planes, phased
+  void vector(int64_t j, const double* vr, const double* wi, T* v) const {
+    const int64_t n = size_;
+    // a pair's first (wi > 0) is VR(:, j) + i VR(:, j + 1), its second that one's conjugate
+    const double* re = vr + (wi[j] < 0 ? j - 1 : j) * n;
+    const double* im = wi[j] > 0 ? vr + (j + 1) * n : wi[j] < 0 ? vr + j * n : nullptr;
+    const double sign = wi[j] < 0 ? -1.0 : 1.0;
+    double top = 0;
+    for (int64_t i = 0; i < n; ++i) top = std::max(top, std::hypot(re[i], im ? im[i] : 0.0));
+    int64_t k = 0;
+    while (k + 1 < n && std::hypot(re[k], im ? sign * im[k] : 0.0) < top * (1 - kTie)) ++k;
+    const double zr = re[k], zi = im ? sign * im[k] : 0.0, size = std::hypot(zr, zi);
+    const double pr = size > 0 ? zr / size : 1.0, pi = size > 0 ? -zi / size : 0.0;
+    for (int64_t i = 0; i < n; ++i) {  // z_i * conj(z_k) / |z_k|
+      const double ar = re[i], ai = im ? sign * im[i] : 0.0;
+      v[(i * n + j) * 2] = static_cast<T>(ar * pr - ai * pi);
+      v[(i * n + j) * 2 + 1] = static_cast<T>(ar * pi + ai * pr);
+    }
+  }
+
+  int threads_;
+  int a_, l_, v_;
+  int64_t size_ = 0, batch_ = 1;
+};
+
+KernelPtr lapack_eig(const Node& n) {
+  if (n.in[0].dtype == F64) return std::make_unique<LapackEig<double>>(n);
+  return std::make_unique<LapackEig<float>>(n);
+}
+
 // LuPermutation: P (A's rows square) of A = P L U from the 1-based pivots (row k swapped with
 // row pivots[k] - 1, in order): P[order[j]][j] = 1 for the rows' order after the swaps. A
 // pivot out of range is a StepError (pivots fed from outside the step).
@@ -611,6 +714,7 @@ PLANNER_REGISTER_KERNELS(lapack) {
   r["MatrixSlogdet"] = lapack_slogdet;
   r["Cholesky"] = {lapack_cholesky, "float32|float32,int32"};
   r["MatrixEigh"] = lapack_eigh;
+  r["MatrixEig"] = {lapack_eig, "float32|float64"};
   r["MatrixLuFactor"] = {lapack_lu_factor, "float32|float32,int32"};
   r["LuPermutation"] = {lu_permutation, "int32,float32"};
   r["MatrixSvd"] = lapack_svd;
