@@ -491,8 +491,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
           file=sys.stderr, flush=True)
     traced, imported = _range_traced(recipe, examples, planned)
     first = _build_shape(recipe, planned, imported)
-    state = module.state_dict()
-    aliases, start = _not_held(state, first.graph)
+    aliases, start = _not_held(state := module.state_dict(), first.graph)
     run = _shapes(recipe, first, shape_cache, planned, traced)
     t = Trainer(first.imported, first.graph, first.executor, list(state), start, aliases,
                 first.plan, run, None if isinstance(optimizer, str) else optimizer,
