@@ -187,10 +187,18 @@ def test_an_evaluation_over_many_lengths_runs_on_one_arena_as_eager():
     assert len({id(c.arena) for c in calls}) == 1
 
 
-def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum():
+def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum(monkeypatch):
     """`torch._dynamo.mark_dynamic(x, 1, max=24)` before the first call: that call plans the
     range up to 24 at once, and every later length runs in it (nothing more planned), each as
-    eager."""
+    eager; the graph is traced once, symbolically, and no size as it is."""
+    from planner.torch import dynamo_import
+
+    traces = []  # "_exported" with no sizes: a size traced as it is
+    for kind in ("_exported", "_symbolic_trace"):
+        def counted(*args, _real=getattr(dynamo_import, kind), _kind=kind):
+            traces.append(_kind if _kind != "_exported" or len(args) == 3 else "within")
+            return _real(*args)
+        monkeypatch.setattr(dynamo_import, kind, counted)
     torch.manual_seed(5)
     model = Tokens()
     ref = copy.deepcopy(model)
@@ -203,3 +211,4 @@ def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum():
     # the forward and backward at the declared 24, then every later length in that range
     assert counts == [2] * 6
     assert any((4, 24) in r.largest for rs in executors._RANGES.values() for r in rs)
+    assert traces == ["_symbolic_trace", "within"]

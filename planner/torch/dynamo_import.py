@@ -39,8 +39,10 @@ class PieceImport:
     mutations: tuple[tuple[int, str], ...]
 
 
-def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
-    """Trace `gm` on `args` (torch tensors as they are, other values fixed) and convert it.
+def import_piece(gm: Any, args: Sequence[Any], name: str, ranged: bool = False) -> PieceImport:
+    """Trace `gm` on `args` (torch tensors as they are, other values fixed) and convert it;
+    `ranged`: a graph whose sizes the user declared a range of (mark_dynamic's max), traced
+    symbolically from its first call (_symbolic_record).
     TorchImportError in one line: an op the planner lacks (naming the node, its op and its
     module path), an output that is not a tensor, or torch.export's own failure."""
     import torch
@@ -49,7 +51,7 @@ def import_piece(gm: Any, args: Sequence[Any], name: str) -> PieceImport:
     from planner.importers.torch.record import Output
 
     tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    record = _symbolic_record(gm, args, tensor_at)
+    record = _symbolic_record(gm, args, tensor_at, ranged)
     if record is None:
         from planner.importers.torch.record import from_exported
 
@@ -112,7 +114,8 @@ _SYMBOLIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TRACED_ONCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> Any:
+def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
+                     ranged: bool = False) -> Any:
     """The record of `gm` at these arguments' sizes from its one symbolic trace, or None
     where it has none (a graph of static sizes) or it does not hold them (OutsideTrace)."""
     from planner.importers.torch.record import OutsideTrace
@@ -120,8 +123,9 @@ def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int]) -> 
     if gm not in _SYMBOLIC:
         # Its first call traced as it is: a symbolic trace costs several (a small CNN's: 14-18
         # s on the 2-core VM, against ~2), and a graph Dynamo made dynamic for one more size
-        # (a last, smaller batch) may never see a third.
-        if gm not in _TRACED_ONCE:
+        # (a last, smaller batch) may never see a third. Not so a declared range (`ranged`):
+        # its largest sizes are planned next, and many others come.
+        if gm not in _TRACED_ONCE and not ranged:
             _TRACED_ONCE[gm] = True
             return None
         sources = _size_sources(gm, args, tensor_at)

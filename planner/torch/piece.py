@@ -268,8 +268,8 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         return held_run(gm, args, name, options)
     if needs is not None:
         check_custom_backwards(gm)
-    piece = _named_as_before(import_piece(gm, args, name))
     declared = declared_sizes(args)
+    piece = _named_as_before(import_piece(gm, args, name, ranged=bool(declared)))
     grown = _grown_args(piece, args, declared)
     if grown is not None:  # shapes vary past those planned: the next range, planned once
         import sys
