@@ -237,11 +237,13 @@ class PairLoss : public Kernel {
   int x_, t_, dloss_, out_;
 };
 
-// float64 MSE: the sum of (p - t)^2 in parts (loops.h, the same bits on any thread count) over
-// the count; MSEGrad as torch's mse_loss_backward, (2 / size) (p - t) dloss.
-class MseF64 : public Kernel {
+// A float64 loss of elementwise terms over (x, t): the sum of Loss::term in parts (loops.h,
+// the same bits on any thread count) over the count; its gradient Loss::grad(x, t) times
+// Loss::weight(dloss, count) per element.
+template <class Loss>
+class PointwiseLossF64 : public Kernel {
  public:
-  explicit MseF64(const Node& n)
+  explicit PointwiseLossF64(const Node& n)
       : grad_(n.in.size() == 3), size_(n.in[grad_ ? 1 : 0].size()),
         x_(n.in[grad_ ? 1 : 0].id), t_(n.in[grad_ ? 2 : 1].id), dloss_(grad_ ? n.in[0].id : -1),
         out_(n.out[0].id) {}
@@ -252,13 +254,13 @@ class MseF64 : public Kernel {
     const double count = static_cast<double>(std::max<int64_t>(size, 1));
     if (!grad_) {
       *r.at<double>(out_) =
-          sum_in_parts(size, [&](int64_t i) { return (x[i] - t[i]) * (x[i] - t[i]); }) / count;
+          sum_in_parts(size, [&](int64_t i) { return Loss::term(x[i], t[i]); }) / count;
       return;
     }
-    const double norm = 2.0 / count, dloss = *r.at<double>(dloss_);
+    const double w = Loss::weight(*r.at<double>(dloss_), count);
     double* dx = r.at<double>(out_);
 #pragma omp parallel for if(size >= kGrain)
-    for (int64_t i = 0; i < size; ++i) dx[i] = norm * (x[i] - t[i]) * dloss;
+    for (int64_t i = 0; i < size; ++i) dx[i] = Loss::grad(x[i], t[i]) * w;
   }
 
  private:
@@ -266,6 +268,14 @@ class MseF64 : public Kernel {
   int64_t size_;
   int x_, t_, dloss_, out_;
 };
+
+// MSE: (p - t)^2; MSEGrad in torch's mse_loss_backward's order, (p - t) ((2 / size) dloss).
+struct Mse {
+  static double term(double x, double t) { return (x - t) * (x - t); }
+  static double grad(double x, double t) { return x - t; }
+  static double weight(double dloss, double count) { return (2.0 / count) * dloss; }
+};
+using MseF64 = PointwiseLossF64<Mse>;
 
 // Whether the node's tensors but the labels are float64.
 bool loss_f64(const Node& n) {
@@ -357,40 +367,19 @@ class SoftmaxCrossEntropyF64 : public Kernel {
   CrossEntropy e_;
 };
 
-// float64 SigmoidBCE: max(z, 0) - z t + log1p(exp(-|z|)) summed in parts (loops.h) over the
-// size; SigmoidBCEGrad (sigmoid(z) - t) dloss / size, sigmoid from exp(-|z|) on either side.
-class BceF64 : public Kernel {
- public:
-  explicit BceF64(const Node& n)
-      : grad_(n.in.size() == 3), size_(n.in[grad_ ? 1 : 0].size()),
-        x_(n.in[grad_ ? 1 : 0].id), t_(n.in[grad_ ? 2 : 1].id), dloss_(grad_ ? n.in[0].id : -1),
-        out_(n.out[0].id) {}
-  void run(const Run& r) override {
-    const double* x = r.at<double>(x_);
-    const double* t = r.at<double>(t_);
-    const int64_t size = size_;
-    const double count = static_cast<double>(std::max<int64_t>(size, 1));
-    if (!grad_) {
-      *r.at<double>(out_) = sum_in_parts(size, [&](int64_t i) {
-        return std::max(x[i], 0.0) - x[i] * t[i] + std::log1p(std::exp(-std::fabs(x[i])));
-      }) / count;
-      return;
-    }
-    const double w = *r.at<double>(dloss_) / count;
-    double* dx = r.at<double>(out_);
-#pragma omp parallel for if(size >= kGrain)
-    for (int64_t i = 0; i < size; ++i) {
-      const double e = std::exp(-std::fabs(x[i]));
-      const double s = x[i] >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-      dx[i] = (s - t[i]) * w;
-    }
+// SigmoidBCE: max(z, 0) - z t + log1p(exp(-|z|)); SigmoidBCEGrad (sigmoid(z) - t) dloss /
+// size, sigmoid from exp(-|z|) on either side.
+struct Bce {
+  static double term(double x, double t) {
+    return std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::fabs(x)));
   }
-
- private:
-  bool grad_;
-  int64_t size_;
-  int x_, t_, dloss_, out_;
+  static double grad(double x, double t) {
+    const double e = std::exp(-std::fabs(x));
+    return (x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e)) - t;
+  }
+  static double weight(double dloss, double count) { return dloss / count; }
 };
+using BceF64 = PointwiseLossF64<Bce>;
 
 KernelPtr sce(const Node& n) {
   if (loss_f64(n)) return std::make_unique<SoftmaxCrossEntropyF64>(n);
