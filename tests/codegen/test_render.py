@@ -129,14 +129,14 @@ def test_every_unsupported_op_and_dtype_is_named_at_once(tmp_path):
 
 
 def test_unsupported_dtype_is_named():
-    """float64 runs where a kernel declares it (Relu does, Softplus does not): the op, the
+    """float64 runs where a kernel declares it (Relu does, LeakyRelu does not): the op, the
     dtype and the node named."""
     g = Graph(name="g", tensors=(Tensor(name="x", shape=(2,), dtype="float64", role="input"),
                                  Tensor(name="y", shape=(2,), dtype="float64")),
-              nodes=(Node(name="r", op="Softplus", inputs=("x",), outputs=("y",)),),
+              nodes=(Node(name="r", op="LeakyRelu", inputs=("x",), outputs=("y",)),),
               outputs=("y",))
     with pytest.raises(UnsupportedError,
-                       match=r"no kernel for op Softplus in float64 \(node 'r'\)"):
+                       match=r"no kernel for op LeakyRelu in float64 \(node 'r'\)"):
         render_files(host_plan(g), "g")
 
 

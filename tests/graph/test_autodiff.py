@@ -425,7 +425,7 @@ OP_CASES["SliceGrad"] = [([F(2, 5)], {"starts": [1, 0], "ends": [3, 10], "axes":
 # differences and against torch.autograd in float64 there.
 CHECKED_IN_TEST_LINALG = {"Cholesky", "MatrixInverse", "MatrixQr", "MatrixSlogdet",
                           "MatrixSolve", "MatrixSvd", "MatrixEigh", "MatrixLuFactor",
-                          "MatrixExp"}
+                          "MatrixExp", "MatrixEig"}
 
 
 def test_every_differentiable_op_has_a_gradient_case():
@@ -437,9 +437,9 @@ def test_every_differentiable_op_has_a_gradient_case():
     differentiable = {name for name, op in REGISTRY.items() if op.gradient is not None
                       and not (op.arity and set(range(op.arity)) <= set(op.nondiff_inputs))
                       and name not in NONDIFFERENTIABLE}
-    # (svd, eigh and LU: tests of their own)
+    # (svd, eigh, eig and LU: tests of their own; eig's in tests/ops/test_linalg_eig.py)
     assert CHECKED_IN_TEST_LINALG <= {c[0] for c in CASES} | {"MatrixSvd", "MatrixEigh",
-                                                              "MatrixLuFactor"}
+                                                              "MatrixLuFactor", "MatrixEig"}
     covered = set(OP_CASES) | CHECKED_IN_TEST_LINALG
     assert differentiable <= covered, sorted(differentiable - covered)
 
