@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import time
 import traceback
@@ -89,10 +88,6 @@ def main(argv: list[str]) -> int:
     # The lowest priority, set here rather than between the parent's fork and exec
     # (preexec_fn), which is unsafe in a process running threads (its OpenMP teams).
     os.nice(19)
-    # The parent stops this process group while it steps (measure_later.between_steps); a
-    # parent ending then leaves the group orphaned and stopped, and the kernel sends it SIGHUP
-    # and SIGCONT: ignored (and so by the compilers it runs), it goes on.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     at_exit = len(argv) > 2  # started as its parent ended
     if at_exit and int(argv[2]):  # after the child before it, not beside
         _wait_for(int(argv[2]))

@@ -15,12 +15,6 @@ teams; a child at the lowest priority (nice 19) takes the CPU the training leave
 it measures in the host's store (planner.costs.host_costs: atomic writes, a lock between
 writers) and, if the script ends first, finishes alone, so the next process plans from it.
 Each job is one call's graphs (a piece's forward and backward together), one at a time.
-It measures between steps: its process group (the child, and the compilers it runs) is
-stopped while an executor of this process steps (`between_steps`), since beside the step on
-the same cores it cost the step 1.6x at nice 19, and as much at SCHED_IDLE
-(bench/bench_background_priority.py: a trainer's 11.7 ms step, 19.0 and 20.0 ms beside
-2-thread matmuls; a time it keeps is a median over several runs, which one run stopped midway
-does not move).
 
 What the children measured is also planned and built ahead (`Replan`: the graph, the plan's
 options, the package's name prefix, from the door that asked): each child builds its job's
@@ -44,7 +38,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -249,8 +242,6 @@ def _start(job: _Job, after: int | None = None) -> None:
     """The job's child: its graphs, target, feeds and replans in a folder it removes when
     done; with `after`, a child started at this process's end, which first waits for that
     process (the running job's child; 0: none) to end."""
-    global _PARENT
-    _PARENT = os.getpid()
     job.folder = Path(tempfile.mkdtemp(prefix="planner-measure-"))
     for k, (graphs, feeds) in enumerate(job.groups):
         for i, g in enumerate(graphs):
@@ -269,52 +260,9 @@ def _start(job: _Job, after: int | None = None) -> None:
             [sys.executable, "-m", "codegen.measure_child", str(job.folder), str(os.getpid()),
              *([str(after)] if after is not None else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "PLANNER_MEASURE": "first"},
-            # A group of its own in this session: between_steps stops it and its compilers
-            # at once; were this process to end with it stopped, its group is orphaned and the
-            # kernel continues it (after a SIGHUP, which the child ignores).
-            process_group=0)
+            env={**os.environ, "PLANNER_MEASURE": "first"})
     finally:
         log.close()
-
-
-# Executor steps of this process in flight (threads may step at once), the child's process
-# group stopped for them (between_steps), and the process whose children _RUNNING's are (a
-# process forked from it steps without touching them).
-_STEPPING = 0
-_STOPPED: int | None = None
-_PARENT = os.getpid()
-
-
-@contextlib.contextmanager
-def between_steps() -> Iterator[None]:
-    """An executor's step: the background child's process group stopped while any runs, so
-    that it measures between steps (module docstring). Nothing where no child runs."""
-    global _STEPPING, _STOPPED
-    if not _RUNNING or os.getpid() != _PARENT:  # (no lock: a child started meanwhile runs
-        yield                                    # beside this one step)
-        return
-    with _LOCK:
-        _STEPPING += 1
-        if _STEPPING == 1 and _RUNNING and _RUNNING[0].process is not None:
-            _STOPPED = _signalled(_RUNNING[0].process.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _STEPPING -= 1
-            if _STEPPING == 0 and _STOPPED is not None:
-                _signalled(_STOPPED, signal.SIGCONT)
-                _STOPPED = None
-
-
-def _signalled(group: int, sig: int) -> int | None:
-    """`sig` sent to process group `group`; the group, or None where it is gone."""
-    try:
-        os.killpg(group, sig)
-    except (ProcessLookupError, PermissionError):
-        return None
-    return group
 
 
 def _ended(job: _Job, code: int) -> None:
@@ -337,8 +285,6 @@ def _at_exit() -> None:
     the queued ones, and the plans of every job (ended, running, queued) to build ahead, go to
     one child of their own, after it."""
     with _LOCK:
-        if _STOPPED is not None:  # (an exit from inside a step)
-            _signalled(_STOPPED, signal.SIGCONT)
         _advance()
         going = [j for j in _RUNNING if j.process is not None]
         rests = _merged(_QUEUE + [_Job("", [], "", target, replans)

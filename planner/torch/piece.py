@@ -443,8 +443,7 @@ class _Inference:
         self.ex = None
 
     def __call__(self, args: Sequence[Any]) -> tuple:
-        with between_steps():
-            out = self.ex.forward(self.feeds.of(args))
+        out = self.ex.forward(self.feeds.of(args))
         _write_back(args, self.piece.mutations, out)
         return tuple(as_torch(out[o]) for o in self.piece.outputs)
 
@@ -524,14 +523,6 @@ def _function() -> Any:
     return Step
 
 
-def between_steps() -> Any:
-    """codegen.measure_later.between_steps: the background measurement stopped while an
-    executor steps (imported on first use: `import planner.torch` loads no pipeline)."""
-    from codegen.measure_later import between_steps
-
-    return between_steps()
-
-
 def _forward(ctx: Any, run: _Training, args: tuple) -> Any:
     """Step.forward: the forward executor's run on the leased arena, what the backward reads
     saved on `ctx`, the outputs and mutations returned."""
@@ -539,8 +530,7 @@ def _forward(ctx: Any, run: _Training, args: tuple) -> Any:
     piece = run.piece
     lease = run.forward.lease()
     try:
-        with between_steps():
-            out = lease.ex.forward(given, [], list(run.views))
+        out = lease.ex.forward(given, [], list(run.views))
         outs = [as_torch(out[o]) for o in piece.outputs]
         mutations = [as_torch(out[t]) for _, t in piece.mutations]
         shown = dict(zip(piece.outputs, outs, strict=True))
@@ -632,9 +622,8 @@ def _backward(ctx: Any, grad_outs: tuple) -> Any:
         # while the first's views are kept: gradient accumulation, two at most).
         lease = run.backward.lease()
         try:
-            with between_steps():
-                got = lease.ex.forward({n: v for n, v in feeds.items() if n in wanted}, [],
-                                       list(run.grad_views))
+            got = lease.ex.forward({n: v for n, v in feeds.items() if n in wanted}, [],
+                                   list(run.grad_views))
             out = {g: lease.kept(got[g]) for g in run.grad_views}
             lease.gradients_of(ctx.leaves)
         finally:

@@ -201,22 +201,17 @@ class Trainer:
         planned and built first); (its result, the shape's import and graph). Data parallel:
         every rank's `what` (step, evaluate) must be of the same shapes, checked first on every
         rank (planner/torch/settings.py, same_shapes)."""
-        from codegen.measure_later import between_steps
-
         if self.ranks > 1:
             from planner.torch.settings import same_shapes
 
             same_shapes(key_of(arrays), what)
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
-            with between_steps():
-                return call(self.executor, feeds), self.imported, self.graph
+            return call(self.executor, feeds), self.imported, self.graph
         self._refine()
         built = self.shapes.get(arrays)
         feeds = {t.name: a for t, a in zip(built.feeds, arrays, strict=True)}
-        with between_steps():  # (planned and built above: no store lock taken in here)
-            out = self.shapes.run(built, lambda ex: call(ex, feeds))
-        return out, built.imported, built.graph
+        return self.shapes.run(built, lambda ex: call(ex, feeds)), built.imported, built.graph
 
     def step(self, *inputs: Any, outputs: bool = False) -> Any:
         """One training step on the module's inputs followed by the labels (torch tensors or
