@@ -72,6 +72,7 @@ def run_once(workload: str, engine: str, steps: int, quick: bool, env: dict,
     return {"engine": engine, "first_step_s": out["first_step_end"] - start,
             "after_import_s": out["first_step_end"] - out["imported"],
             "total_s": end - start, "steady_ms": out["steady_ms"],
+            "slowest_ms": out.get("slowest_ms", float("nan")),
             "peak_rss_mib": out["peak_rss_mib"], "steps": out["steps"],
             "built": len(packages(cache) - before), "measuring_after_s": after}
 

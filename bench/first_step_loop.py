@@ -324,6 +324,8 @@ def main() -> None:
     out.update({"imported": imported, "first_step_end": clock.ends[0], "end": time.time(),
                 "steps": len(clock.ends),
                 "steady_ms": 1e3 * steady[len(steady) // 2] if steady else math.nan,
+                # the slowest step after the first: a new shape's worst (issue 83 (b))
+                "slowest_ms": 1e3 * max(steps) if steps else math.nan,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "pid": os.getpid()})
     print("RESULT " + json.dumps(out), flush=True)
