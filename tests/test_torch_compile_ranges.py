@@ -194,11 +194,15 @@ def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum(monkeyp
     from planner.torch import dynamo_import
 
     traces = []  # "_exported" with no sizes: a size traced as it is
+
+    def counted(kind, real):
+        def call(*args):
+            traces.append(kind if kind != "_exported" or len(args) == 3 else "within")
+            return real(*args)
+        return call
+
     for kind in ("_exported", "_symbolic_trace"):
-        def counted(*args, _real=getattr(dynamo_import, kind), _kind=kind):
-            traces.append(_kind if _kind != "_exported" or len(args) == 3 else "within")
-            return _real(*args)
-        monkeypatch.setattr(dynamo_import, kind, counted)
+        monkeypatch.setattr(dynamo_import, kind, counted(kind, getattr(dynamo_import, kind)))
     torch.manual_seed(5)
     model = Tokens()
     ref = copy.deepcopy(model)
