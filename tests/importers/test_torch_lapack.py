@@ -57,20 +57,27 @@ def _eager(module, cotangents, dtype, differentiable=None):
             {k: p.grad.numpy() for k, p in m.named_parameters()})
 
 
-def test_cpu_executor_matches_torch_forward_and_backward():
-    module = Factorizations()
-    g = torch.Generator().manual_seed(5)
-    shapes = [o.shape for o in module()]
-    cotangents = [torch.randn(*s, generator=g) for s in shapes]
-    (o32, g32), (o64, g64) = (_eager(module, cotangents, d) for d in (torch.float32,
-                                                                     torch.float64))
+def _assert_matches_torch(module: torch.nn.Module, seed: int,
+                          differentiable: int | None = None) -> None:
+    """`module` (no inputs: its parameters are the matrices) through torch.compile(backend=
+    "planner") against torch in float32, float64 the noise floor: every output, and every
+    parameter's gradient of the first `differentiable` outputs (all: None) against seeded
+    cotangents."""
+    g = torch.Generator().manual_seed(seed)
+    cotangents = [torch.randn(o.shape, generator=g) for o in module()]
+    (o32, g32), (o64, g64) = (_eager(module, cotangents, d, differentiable)
+                              for d in (torch.float32, torch.float64))
     mine = copy.deepcopy(module)
     outs = torch.compile(mine, backend="planner", options={"fallback": False})()
-    torch.autograd.backward(outs, cotangents)
+    torch.autograd.backward(outs[:differentiable], cotangents[:differentiable])
     for k, out in enumerate(outs):
         assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
     for name, p in mine.named_parameters():
         assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+
+
+def test_cpu_executor_matches_torch_forward_and_backward():
+    _assert_matches_torch(Factorizations(), seed=5)
 
 
 class Reflections(torch.nn.Module):
@@ -120,18 +127,7 @@ class Eigen(torch.nn.Module):
 
 
 def test_eig_matches_torch_forward_and_backward():
-    module = Eigen()
-    g = torch.Generator().manual_seed(6)
-    cotangents = [torch.randn(o.shape, generator=g) for o in module()]
-    (o32, g32), (o64, g64) = (_eager(module, cotangents, d) for d in (torch.float32,
-                                                                     torch.float64))
-    mine = copy.deepcopy(module)
-    outs = torch.compile(mine, backend="planner", options={"fallback": False})()
-    torch.autograd.backward(outs, cotangents)
-    for k, out in enumerate(outs):
-        assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
-    for name, p in mine.named_parameters():
-        assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+    _assert_matches_torch(Eigen(), seed=6)
 
 
 class _Vectors(torch.nn.Module):
@@ -161,20 +157,7 @@ def test_eigenvectors_read_by_their_phase_are_refused(read, reader):
 def test_reflections_and_matrix_exp_match_torch_forward_and_backward():
     """(geqrf's outputs and what is made of them carry no gradient: torch's backward skips
     them, as the planner's.)"""
-    module = Reflections()
-    g = torch.Generator().manual_seed(6)
-    shapes = [o.shape for o in module()]
-    cotangents = [torch.randn(*s, generator=g) for s in shapes]
-    differentiable = 10  # the outputs before geqrf's
-    (o32, g32), (o64, g64) = (_eager(module, cotangents, d, differentiable)
-                              for d in (torch.float32, torch.float64))
-    mine = copy.deepcopy(module)
-    outs = torch.compile(mine, backend="planner", options={"fallback": False})()
-    torch.autograd.backward(outs[:differentiable], cotangents[:differentiable])
-    for k, out in enumerate(outs):
-        assert not compare(f"output {k}", out.detach().numpy(), o32[k], o64[k])
-    for name, p in mine.named_parameters():
-        assert not compare(name, p.grad.numpy(), g32[name], g64[name])
+    _assert_matches_torch(Reflections(), seed=6, differentiable=10)  # the outputs before geqrf's
 
 
 class Whitened(torch.nn.Module):
