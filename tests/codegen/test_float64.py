@@ -34,6 +34,7 @@ from planner.graph.builder import GraphBuilder
 from planner.ops import get_op
 from tests.codegen.helpers import build_module
 from tests.codegen.op_cases import VARIANTS, nodes_graph
+from tests.helpers.float64_params import assert_params_close
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -167,14 +168,6 @@ def _torch_run(model, data):
     return losses
 
 
-def _assert_f64_close(got: dict, want: dict) -> None:
-    for k, w in want.items():
-        w = w.detach().numpy()
-        g = got[k].detach().numpy() if isinstance(got[k], torch.Tensor) else np.asarray(got[k])
-        err = float(np.abs(g - w).max()) / float(np.abs(w).max())
-        assert err <= F64_TOL, f"{k}: rel. error {err:.2e}"
-
-
 def test_pinn_mlp_trains_through_the_trainer_as_torch_float64(tmp_path):
     from planner.torch import trainer
 
@@ -187,7 +180,7 @@ def test_pinn_mlp_trains_through_the_trainer_as_torch_float64(tmp_path):
     want = _torch_run(model, data)
     assert ours == pytest.approx(want, rel=F64_TOL)
     assert want[-1] < want[0]  # it trained
-    _assert_f64_close(t.params(), dict(model.named_parameters()))
+    assert_params_close(t.params(), dict(model.named_parameters()), F64_TOL)
 
 
 def test_pinn_mlp_trains_through_the_backend_as_torch_float64():
@@ -200,7 +193,8 @@ def test_pinn_mlp_trains_through_the_backend_as_torch_float64():
     got = _torch_run(compiled(model, fallback=False), data)
     want = _torch_run(ref, data)
     assert got == pytest.approx(want, rel=F64_TOL)
-    _assert_f64_close(dict(model.named_parameters()), dict(ref.named_parameters()))
+    assert_params_close(dict(model.named_parameters()), dict(ref.named_parameters()),
+                        F64_TOL)
 
 
 @pytest.mark.parametrize("ids_dtype", ["int32", "int16", "int8", "uint8"])

@@ -36,6 +36,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
 
+from tests.helpers.float64_params import assert_params_close  # noqa: E402
+
 U = 2.0 ** -53
 LR = 2.0 ** -10
 EXACT = 0  # K of a case held to the bit
@@ -223,15 +225,6 @@ def _torch_steps(model, data, call=None):
     return losses
 
 
-def _assert_params(got: dict, want: nn.Module) -> None:
-    for key, w in want.named_parameters():
-        w = w.detach().numpy()
-        g = got[key]
-        g = g.detach().numpy() if isinstance(g, torch.Tensor) else np.asarray(g)
-        err = float(np.abs(g - w).max()) / float(np.abs(w).max())
-        assert err <= 1e-11, f"{key}: rel. error {err:.2e}"
-
-
 def test_small_cnn_trains_through_the_trainer_as_torch_float64(tmp_path):
     from planner.torch import trainer
 
@@ -244,7 +237,7 @@ def test_small_cnn_trains_through_the_trainer_as_torch_float64(tmp_path):
     want = _torch_steps(model, data)
     assert ours == pytest.approx(want, rel=1e-11)
     assert want[-1] < want[0]  # it trained
-    _assert_params(t.params(), model)
+    assert_params_close(t.params(), dict(model.named_parameters()), 1e-11)
 
 
 def test_small_cnn_trains_through_the_backend_as_torch_float64():
@@ -257,7 +250,8 @@ def test_small_cnn_trains_through_the_backend_as_torch_float64():
     got = _torch_steps(model, data, call=compiled(model, fallback=False))
     want = _torch_steps(ref, data)
     assert got == pytest.approx(want, rel=1e-11)
-    _assert_params(dict(model.named_parameters()), ref)
+    assert_params_close(dict(model.named_parameters()), dict(ref.named_parameters()),
+                        1e-11)
 
 
 # (op, input shapes, attrs): each large enough that its team splits it (kGrain: 32768
