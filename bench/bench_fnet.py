@@ -26,6 +26,8 @@ import torch.nn.functional as F
 
 
 class FNetBlock(torch.nn.Module):
+    # A copy of the test's, not an import: `--baseline` runs this file against another
+    # checkout's packages on PYTHONPATH, which may predate any shared module.
     def __init__(self, d: int, classes: int = 3) -> None:
         super().__init__()
         self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
