@@ -813,8 +813,8 @@ def _shape_within(recipe: Recipe, ranged: Built, examples: Sequence[Any],
         step = check_graph(step)
         if traced is not None:
             traced[shapes] = imported, step
-            while len(traced) > TRACED:
-                traced.pop(next(iter(traced)))
+            while len(traced) - (_SYMBOLIC in traced) > TRACED:  # (the trace itself kept)
+                traced.pop(next(k for k in traced if k != _SYMBOLIC))
     problem = outside_range(ranged.graph, step)
     if problem is not None:
         print(f"trainer: shapes {spell(_key(imported, step, examples))} are not in the range "
