@@ -216,3 +216,24 @@ def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum(monkeyp
     assert counts == [2] * 6
     assert any((4, 24) in r.largest for rs in executors._RANGES.values() for r in rs)
     assert traces == ["_symbolic_trace", "within"]
+
+
+def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys):
+    """Lengths 12, then 20: the next power of two past 20 is 32, the position table's own
+    length, where torch's graph has no slice of the table (another graph, which no call of 20
+    could run in). The range is planned up to 31 instead, and 20 and every later length up to
+    31 run in it as eager: the 12's and the range's forward and backward, nothing more built."""
+    import planner.torch.piece as piece
+
+    torch.manual_seed(6)
+    model = Tokens()
+    ref = copy.deepcopy(model)
+    executors._PACKAGES.clear()
+    executors._RANGES.clear()
+    piece._LARGEST.clear()
+    net = compiled(model, lanes=False)
+    counts = []
+    train_lengths(model, ref, net, (12, 20, 31, 17, 25), after=lambda step: counts.append(planned()))
+    assert counts == [2, 4, 4, 4, 4]
+    assert any((4, 31) in r.largest for rs in executors._RANGES.values() for r in rs)
+    assert "its range is up to [50, 8], [4, 31]" in capsys.readouterr().err

@@ -274,7 +274,7 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     if grown is not None:  # shapes vary past those planned: the next range, planned once
         import sys
 
-        shapes = ", ".join(str(list(a.shape)) for a in grown if isinstance(a, torch.Tensor))
+        shapes = _shapes_text(grown)
         to_declared = any(tuple(getattr(a, "shape", ())) == declared.get(k)
                           for k, a in enumerate(grown))
         why = ("sizes declared by mark_dynamic" if to_declared
@@ -282,12 +282,81 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
         print(f"planner: graph {name} ({why}): planning its range up to {shapes} once",
               file=sys.stderr, flush=True)
         try:  # kept as the range's plans and builds; its executors are let go
-            ranged = _planned_calls(_named_as_before(import_piece(gm, grown, name)), grown,
-                                    needs, name, options)
-            forget(*_executors_of(ranged))
+            at = _range_import(gm, grown, args, piece, name)
+            if at is not None:
+                forget(*_executors_of(_planned_calls(*at, needs, name, options)))
         except Exception:  # noqa: BLE001 - a graph specialised to its shapes: planned as it is
             pass
     return _planned_calls(piece, args, needs, name, options)
+
+
+def _range_import(gm: Any, grown: list[Any], args: Sequence[Any], piece: Any, name: str
+                  ) -> tuple[Any, list[Any]] | None:
+    """The import of `gm` at a range's largest shapes (`grown`, else each grown dimension one
+    smaller) whose graph is the call's own (`piece`), with those arguments; None where neither
+    is. A range holds only calls of its graph (executors._in_range), and torch traces another
+    graph at some sizes: a position table sliced to the length is no slice at the table's own
+    length, a power of two when the table's is; planned there, the range held no call of its
+    own length, and that call was planned and built again."""
+    import sys
+
+    from planner.torch.dynamo_import import import_piece
+    from planner.torch.executors import _structure
+
+    wanted = _structure(piece.graph, None)
+    at: list[Any] | None = grown
+    while at is not None:
+        imported = _named_as_before(import_piece(gm, at, name))
+        if _structure(imported.graph, None) == wanted:
+            if at is not grown:
+                _set_largest(piece, at)
+                print(f"planner: graph {name}: torch traces another graph at those shapes; "
+                      f"its range is up to {_shapes_text(at)}", file=sys.stderr, flush=True)
+            return imported, at
+        at = _one_smaller(piece, args, at) if at is grown else None
+    print(f"planner: graph {name}: torch traces another graph at those shapes; the call's "
+          f"own shapes are its range", file=sys.stderr, flush=True)
+    return None
+
+
+def _shapes_text(args: Sequence[Any]) -> str:
+    import torch
+
+    return ", ".join(str(list(a.shape)) for a in args if isinstance(a, torch.Tensor))
+
+
+def _one_smaller(piece: Any, args: Sequence[Any], grown: Sequence[Any]) -> list[Any] | None:
+    """`grown` with each tensor dimension grown past the call's `args` one smaller (and a size
+    argument of such a dimension with it), or None where none is past them by more than one."""
+    import torch
+
+    sizes: set[int] = set()
+    out: list[Any] = []
+    for n, a, g in zip(piece.inputs, args, grown, strict=True):
+        if n and isinstance(g, torch.Tensor):
+            past = [s > d + 1 for s, d in zip(g.shape, a.shape, strict=True)]
+            sizes |= {s for s, p in zip(g.shape, past, strict=True) if p}
+            cut = g[tuple(slice(0, s - 1) if p else slice(None)
+                          for s, p in zip(g.shape, past, strict=True))]
+            out.append(cut.detach().clone().requires_grad_(g.requires_grad))
+        else:
+            out.append(g)
+    if not sizes:
+        return None
+    return [g - 1 if type(g) is int and g != a and g in sizes else g
+            for a, g in zip(args, out, strict=True)]
+
+
+def _set_largest(piece: Any, args: Sequence[Any]) -> None:
+    """The largest shapes of `piece`'s graph planned as a range: those of `args` (calls past
+    them plan the next range: _grown_args)."""
+    import torch
+
+    from planner.torch.executors import _structure
+
+    _LARGEST[_structure(piece.graph, None)] = {
+        n: tuple(a.shape) for n, a in zip(piece.inputs, args, strict=True)
+        if n and isinstance(a, torch.Tensor)}
 
 
 # The first import of each computation (its ops and edges, without names or sizes): a later
