@@ -218,13 +218,20 @@ def test_a_length_bounded_by_mark_dynamic_plans_one_range_at_its_maximum(monkeyp
     assert traces == ["_symbolic_trace", "within"]
 
 
-def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys):
+def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys, monkeypatch):
     """Lengths 12, then 20: the next power of two past 20 is 32, the position table's own
     length, where torch's graph has no slice of the table (another graph, which no call of 20
     could run in). The range is planned up to 31 instead, and 20 and every later length up to
-    31 run in it as eager: the 12's and the range's forward and backward, nothing more built."""
+    31 run in it as eager: the 12's and the range's forward and backward, nothing more built.
+    The 12 is traced as it is, the 20 (past it: a range) from the one symbolic trace."""
     import planner.torch.piece as piece
+    from planner.torch import dynamo_import
 
+    traces = []
+    for kind in ("_exported", "_symbolic_trace"):
+        real = getattr(dynamo_import, kind)
+        monkeypatch.setattr(dynamo_import, kind, lambda *a, kind=kind, real=real: (
+            traces.append(kind if kind != "_exported" or len(a) == 3 else "within"), real(*a))[1])
     torch.manual_seed(6)
     model = Tokens()
     ref = copy.deepcopy(model)
@@ -237,3 +244,4 @@ def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys):
     assert counts == [2, 4, 4, 4, 4]
     assert any((4, 31) in r.largest for rs in executors._RANGES.values() for r in rs)
     assert "its range is up to [50, 8], [4, 31]" in capsys.readouterr().err
+    assert traces == ["_exported", "_symbolic_trace", "within"]

@@ -41,8 +41,9 @@ class PieceImport:
 
 def import_piece(gm: Any, args: Sequence[Any], name: str, ranged: bool = False) -> PieceImport:
     """Trace `gm` on `args` (torch tensors as they are, other values fixed) and convert it;
-    `ranged`: a graph whose sizes the user declared a range of (mark_dynamic's max), traced
-    symbolically from its first call (_symbolic_record).
+    `ranged`: a graph planned as a range from its first call (its sizes declared by
+    mark_dynamic's max, or called past every size planned before), traced symbolically from
+    that call (_symbolic_record).
     TorchImportError in one line: an op the planner lacks (naming the node, its op and its
     module path), an output that is not a tensor, or torch.export's own failure."""
     import torch
@@ -123,8 +124,8 @@ def _symbolic_record(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
     if gm not in _SYMBOLIC:
         # Its first call traced as it is: a symbolic trace costs several (a small CNN's: 14-18
         # s on the 2-core VM, against ~2), and a graph Dynamo made dynamic for one more size
-        # (a last, smaller batch) may never see a third. Not so a declared range (`ranged`):
-        # its largest sizes are planned next, and many others come.
+        # (a last, smaller batch) may never see a third. Not so a range (`ranged`): its
+        # largest sizes are imported next, from this trace, and many others come.
         if gm not in _TRACED_ONCE and not ranged:
             _TRACED_ONCE[gm] = True
             return None

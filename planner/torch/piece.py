@@ -269,7 +269,8 @@ def _plan(gm: Any, args: Sequence[Any], needs: tuple[bool, ...] | None, name: st
     if needs is not None:
         check_custom_backwards(gm)
     declared = declared_sizes(args)
-    piece = _named_as_before(import_piece(gm, args, name, ranged=bool(declared)))
+    ranged = bool(declared) or _past_data(args)
+    piece = _named_as_before(import_piece(gm, args, name, ranged=ranged))
     grown = _grown_args(piece, args, declared)
     if grown is not None:  # shapes vary past those planned: the next range, planned once
         import sys
@@ -357,6 +358,29 @@ def _set_largest(piece: Any, args: Sequence[Any]) -> None:
     _LARGEST[_structure(piece.graph, None)] = {
         n: tuple(a.shape) for n, a in zip(piece.inputs, args, strict=True)
         if n and isinstance(a, torch.Tensor)}
+
+
+# The largest sizes of the data (tensor arguments that are no parameter) each model's graphs
+# were called with, by its parameters' storages and the data's ranks: a graph's call past them
+# plans a range (_grown_args), whose shapes torch traces symbolically anyway, so that call is
+# imported from the same trace rather than traced as it is first (seconds, on the 2-core VM).
+_DATA_LARGEST: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+
+
+def _past_data(args: Sequence[Any]) -> bool:
+    """Whether this call's data is larger in some dimension than every earlier call of a
+    graph of the same model had it (_DATA_LARGEST), recorded; False at a model's first call."""
+    import torch
+
+    params = tuple(a.data_ptr() for a in args if isinstance(a, torch.nn.Parameter))
+    data = tuple(tuple(a.shape) for a in args
+                 if isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Parameter))
+    key = (params, tuple(len(s) for s in data))
+    seen = _DATA_LARGEST.get(key)
+    _DATA_LARGEST[key] = data if seen is None else tuple(
+        tuple(map(max, a, b)) for a, b in zip(seen, data, strict=True))
+    return seen is not None and any(d > s for a, b in zip(data, seen, strict=True)
+                                    for d, s in zip(a, b, strict=True))
 
 
 # The first import of each computation (its ops and edges, without names or sizes): a later
