@@ -245,3 +245,42 @@ def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys, mo
     assert any((4, 31) in r.largest for rs in executors._RANGES.values() for r in rs)
     assert "its range is up to [50, 8], [4, 31]" in capsys.readouterr().err
     assert traces == ["_exported", "_symbolic_trace", "within"]
+
+
+def test_the_doors_plan_with_the_cyclic_collector_paused(monkeypatch):
+    """A new shape's planning (the trainer's and the backend's) runs with Python's cyclic
+    collector paused (planner/torch/gc_pause.py: a fifth of a dynamic-padding run was its
+    scans of torch's heap), and the collector is back on after each call; a user's own
+    disabled collector stays disabled."""
+    import gc
+
+    import planner.torch.piece as piece
+    import planner.torch.training as training
+    from planner.torch import trainer
+
+    seen = []
+    for module, name in ((piece, "_plan"), (training, "_shape_within"),
+                         (training, "_build_shape")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **k: (
+            seen.append((name, gc.isenabled())), real(*a, **k))[1])
+    torch.manual_seed(7)
+    model = Tokens()
+    net = compiled(copy.deepcopy(model), lanes=False)
+    t = trainer(model, (torch.randint(0, 50, (4, 12)), torch.ones(4, 12, dtype=torch.bool)),
+                loss=F.cross_entropy, labels=torch.zeros(4, dtype=torch.long), optimizer="sgd",
+                lr=0.1, costs="analytical")
+    for length in (12, 9):
+        tokens, keep = torch.randint(0, 50, (4, length)), torch.ones(4, length, dtype=torch.bool)
+        net(tokens, keep).sum().backward()
+        t.step(tokens, keep, torch.zeros(4, dtype=torch.long))
+        assert gc.isenabled()
+    assert {name for name, _ in seen} == {"_plan", "_shape_within", "_build_shape"}
+    assert not any(enabled for _, enabled in seen)
+    gc.disable()
+    try:
+        t.step(*(torch.randint(0, 50, (4, 7)), torch.ones(4, 7, dtype=torch.bool),
+                 torch.zeros(4, dtype=torch.long)))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -60,6 +60,7 @@ from planner.torch.executors import (
     as_torch,
     forget,
 )
+from planner.torch.gc_pause import gc_paused
 
 
 class PlannerFallback(UserWarning):
@@ -128,6 +129,18 @@ class Piece:
         # the graph the planner imports carries that state's casts.
         autocast = (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")))
         key = (tuple(_signature(a) for a in args), needs if any(needs) else (), autocast)
+        if key not in self.runs or key in self.provisional:
+            with gc_paused():  # planning (gc_pause.py)
+                self._plan_call(key, args, needs)
+        run = self.runs[key]
+        _keep(self, key)
+        if run is None:
+            return self.gm(*args)
+        return realiased(run(args), self.aliases)
+
+    def _plan_call(self, key: tuple, args: Sequence[Any], needs: tuple[bool, ...]) -> None:
+        """`self.runs[key]` planned, or planned again from this host's measurements once
+        they are in."""
         imported = None
         if key in self.provisional and self._measured(key):
             # This host's measurements are in: planned again from them, from the same import
@@ -146,11 +159,6 @@ class Piece:
                                                alike)
             if priced.provisional:
                 self.provisional[key] = priced.provisional
-        run = self.runs[key]
-        _keep(self, key)
-        if run is None:
-            return self.gm(*args)
-        return realiased(run(args), self.aliases)
 
     def _measured(self, key: tuple) -> bool:
         """Whether the background measurements `key` was planned without have ended; said

@@ -49,6 +49,7 @@ from planner.torch.export_watch import (
     hooks_registered,
     watching,
 )
+from planner.torch.gc_pause import gc_paused
 from planner.torch.hooks import backward_hooks
 from planner.torch.norm_modes import cumulative_norms
 from planner.torch.shapes import Built, Shapes, key_of, own_values, spell
@@ -208,8 +209,9 @@ class Trainer:
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
             return call(self.executor, feeds), self.imported, self.graph
-        self._refine()
-        built = self.shapes.get(arrays)
+        with gc_paused():  # a new shape is planned here (gc_pause.py)
+            self._refine()
+            built = self.shapes.get(arrays)
         feeds = {t.name: a for t, a in zip(built.feeds, arrays, strict=True)}
         return self.shapes.run(built, lambda ex: call(ex, feeds)), built.imported, built.graph
 
@@ -419,6 +421,7 @@ def _numpy(v: Any, dtype: str, name: str = "") -> np.ndarray:
     return out
 
 
+@gc_paused()  # tracing, importing, planning and building: gc_pause.py
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
