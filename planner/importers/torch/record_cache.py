@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,15 @@ class NotKept(ValueError):
     """A value the record's JSON has no form for: the record is not kept."""
 
 
-def key(program: Any, root: str) -> str:
-    """The key of what decomposing and recording `program` (an ExportedProgram traced in this
-    process) reads from it, with module paths less `root` (module docstring)."""
+def key(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> str:
+    """The key of what decomposing `program` (an ExportedProgram traced in this process) with
+    the table `extra` (convert.decompose's: op -> its decomposition) and recording it reads
+    from it, with module paths less `root` (module docstring)."""
     import torch
 
     h = hashlib.sha256()
     h.update(f"{FORMAT}\0{torch.__version__}\0{root}\0{_sources_digest()}\0".encode())
+    h.update(f"table\0{table_text(extra or {})}\0".encode())
     h.update(str(program.graph_signature).encode())
     h.update(str(getattr(program, "range_constraints", "")).encode())
     # Every graph, the nested ones too: a region under no_grad is a submodule of its own
@@ -72,7 +75,9 @@ def key(program: Any, root: str) -> str:
                 raise NotKept(f"node {node.name!r}: {node.target}")
             meta = node.meta
             h.update(f"\0{node.name}\0{_meta_text(meta.get('val'))}\0".encode())
-            h.update(str(meta.get("nn_module_stack", "")).encode())
+            # its modules' paths and types, as the record reads them (origin.module_path),
+            # not the stack's keys: Dynamo's name each module by its id() in this process
+            h.update(str(list((meta.get("nn_module_stack") or {}).values())).encode())
             h.update(str(meta.get("stack_trace", "")).encode())
     for name, t in sorted({**(getattr(program, "constants", {}) or {}),
                            **program.state_dict}.items()):
@@ -80,15 +85,35 @@ def key(program: Any, root: str) -> str:
     return h.hexdigest()[:32]
 
 
-def folder(program: Any, root: str) -> Path | None:
-    """Where the record of `program` is kept: <cache>/records/KEY; None where there is no cache
-    folder (no home, $PLANNER_CACHE not a folder) or the program calls an op of another
-    namespace than torch's own (its decomposition is the user's code): nothing kept."""
+def table_text(extra: Mapping[Any, Any]) -> str:
+    """The identity of a decomposition table beside torch's own: each op's name and the
+    function that decomposes it (module and qualified name: its code is one of this importer's
+    sources, in the key by their digest). NotKept for a function from anywhere else (its code
+    is not in the key).
+
+    >>> from planner.importers.torch import fma
+    >>> table_text({"prims.fma.default": fma.fma})
+    'prims.fma.default=planner.importers.torch.fma.fma'
+    """
+    rows = []
+    for op, fn in extra.items():
+        module = getattr(fn, "__module__", None) or ""
+        if module.rpartition(".")[0] != __name__.rpartition(".")[0]:
+            raise NotKept(f"decomposition of {op}: {module or type(fn).__name__}")
+        rows.append(f"{op}={module}.{getattr(fn, '__qualname__', '')}")
+    return "\n".join(sorted(rows))
+
+
+def folder(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> Path | None:
+    """Where the record of `program` decomposed with `extra` is kept: <cache>/records/KEY; None
+    where there is no cache folder (no home, $PLANNER_CACHE not a folder), the program calls an
+    op of another namespace than torch's own (its decomposition is the user's code) or `extra`
+    holds a decomposition of code outside this importer (table_text): nothing kept."""
     from planner.errors import UserError
     from planner.io.disk_cache import records_root
 
     try:
-        return records_root() / key(program, root)
+        return records_root() / key(program, root, extra)
     except (UserError, NotKept):
         return None
 
