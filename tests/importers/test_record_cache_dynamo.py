@@ -1,5 +1,5 @@
-"""torch.compile's graphs through the records kept per host (planner/importers/torch/record_cache.py):
-a second process importing the same Dynamo graph reads the record the first kept, decomposing
+"""torch.compile's graphs through the records kept per host (record_cache.py): a second
+process importing the same Dynamo graph reads the record the first kept, decomposing
 nothing, into the same graph (a no_grad region's StopGradient included); the backend's
 decomposition table is part of the key, so another table is another record."""
 
