@@ -184,7 +184,8 @@ def declared_sizes(args: Sequence[Any]) -> dict[int, tuple[int, ...]]:
 def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
                     sources: dict[int, tuple[int, int]]) -> Any:
     """`gm` traced once with every tensor dimension left to torch (Dim.AUTO), each size
-    argument read from its tensor's dimension, and decomposed; None where torch cannot."""
+    argument read from its tensor's dimension (SymbolicTrace: decomposed at the first size
+    whose record this host has not kept); None where torch cannot."""
     import sys
 
     from planner.importers.torch.specialize import SymbolicTrace
@@ -194,10 +195,9 @@ def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
           "with dynamic shapes), so that later sizes need no trace of their own",
           file=sys.stderr, flush=True)
     try:
-        from planner.importers.torch.convert import decomposed
-
         program = _exported(gm, args, tensor_at, sources)
-        return SymbolicTrace(decomposed(program, decompositions()))
+        # (each size's record kept per host; decomposed once, at the first size not kept)
+        return SymbolicTrace(program, extra=decompositions())
     except Exception:  # noqa: BLE001 - each size traced as it is then
         return None
 

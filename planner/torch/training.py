@@ -872,9 +872,9 @@ def _imported_at(recipe: Recipe, examples: Sequence[Any], traced: dict[Any, Any]
 
 
 def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
-    """The module traced once with dynamic shapes and decomposed (SymbolicTrace), or None
-    where torch cannot trace it so (each size is then traced as it is)."""
-    from planner.importers.torch.convert import decomposed
+    """The module traced once with dynamic shapes (SymbolicTrace: decomposed at the first size
+    whose record this host has not kept), or None where torch cannot trace it so (each size is
+    then traced as it is)."""
     from planner.importers.torch.specialize import SymbolicTrace
 
     # Seconds (several concrete traces' worth): said, as every wait over ~2 s is.
@@ -883,7 +883,7 @@ def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
           file=sys.stderr, flush=True)
     try:
         program = _exported_as_made(recipe, examples, dynamic=True)
-        return SymbolicTrace(decomposed(program), PREFIX.rstrip("."))
+        return SymbolicTrace(program, PREFIX.rstrip("."))  # (decomposed once, where not kept)
     except Exception:  # noqa: BLE001 - torch's failure to trace symbolically: per size then
         return None
 

@@ -4,11 +4,21 @@ notebook's restart) skips torch's decomposition and the record.
 Decomposing a traced program (torch.export's run_decompositions) and recording it
 (record.from_exported) were more than half of a restarted trainer's tracing: 10.0 of 15.8 s of
 the CNN script's three traces under cProfile at load 9 (bench/first_step_loop.py). Both are
-functions of the traced program alone, so the record is kept under a key of everything they read
-from it: the code of the graph and of every graph nested in it (a no_grad region's); every
-node's metadata they read (its value's shape, dtype, strides and offset, the module stack and
-source line messages name); the signature and the symbolic ranges; the module root; torch's
-version and this importer's own sources (a rule or a kept op changed: another key). Nothing the
+functions of the traced program and the decomposition table alone, so the record is kept under
+a key of everything they read: the code of the graph and of every graph nested in it (a
+no_grad region's); every node's metadata they read (its value's shape, dtype, strides and
+offset, the module paths and types of its module stack and the source line messages name: not
+the stack's keys, which Dynamo makes of each module's id() in the process); the signature and
+the symbolic ranges; the module root; torch's version and this importer's own sources (a rule
+or a kept op changed: another key); the table beside torch's own (`table_text`: each op and the
+function of this importer that decomposes it; one from anywhere else is not kept). The
+trainer's traces (torch's table) and torch.compile's graphs (planner/torch/dynamo_import.py:
+the backend's table, its fast paths, prims.fma and the `_foreach_` ops) go through the same
+`convert.recorded`, whose misses detach no_grad regions' results before decomposing
+(`convert.decomposed`, as every decomposition here does). A program traced with dynamic shapes
+(specialize.SymbolicTrace: the trainer's, the backend's graphs of symbolic sizes) keeps one
+record per size, under its key and each size symbol's value (`folder_at`): the next process
+decomposes it only at a size it has not kept, once. Nothing the
 user wrote is trusted to stand for the program: the key is made from what torch traced in this
 process, after the trace, so an edit of the model's code, a flag read in forward, another shape,
 another torch, each gives another key. A program that calls an op of its own (torch.library: its
@@ -104,17 +114,43 @@ def table_text(extra: Mapping[Any, Any]) -> str:
     return "\n".join(sorted(rows))
 
 
+def keyed(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> str | None:
+    """key(program, root, extra), or None where nothing of it is kept: the program calls an op
+    of another namespace than torch's own (its decomposition is the user's code) or `extra`
+    holds a decomposition of code outside this importer (table_text)."""
+    try:
+        return key(program, root, extra)
+    except NotKept:
+        return None
+
+
 def folder(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> Path | None:
     """Where the record of `program` decomposed with `extra` is kept: <cache>/records/KEY; None
-    where there is no cache folder (no home, $PLANNER_CACHE not a folder), the program calls an
-    op of another namespace than torch's own (its decomposition is the user's code) or `extra`
-    holds a decomposition of code outside this importer (table_text): nothing kept."""
+    where nothing of it is kept (keyed) or there is no cache folder (no home, $PLANNER_CACHE
+    not a folder)."""
+    return _under(keyed(program, root, extra))
+
+
+def folder_at(keyed: str | None, sizes: Mapping[Any, int]) -> Path | None:
+    """Where the record of a program traced with dynamic shapes (`keyed`: its key) at `sizes`
+    (each size symbol's value) is kept (specialize.SymbolicTrace): one record per size; None as
+    `folder`. The record at sizes is the program's at them, guards checked: only one that
+    held them was kept."""
+    if keyed is None:
+        return None
+    at = ",".join(f"{k}={v}" for k, v in sorted((str(k), int(v)) for k, v in sizes.items()))
+    return _under(hashlib.sha256(f"{keyed}\0at\0{at}".encode()).hexdigest()[:32])
+
+
+def _under(name: str | None) -> Path | None:
     from planner.errors import UserError
     from planner.io.disk_cache import records_root
 
+    if name is None:
+        return None
     try:
-        return records_root() / key(program, root, extra)
-    except (UserError, NotKept):
+        return records_root() / name
+    except UserError:
         return None
 
 
