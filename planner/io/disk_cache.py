@@ -9,7 +9,9 @@ Under the cache folder (planner.io.write.cache_root: $PLANNER_CACHE, else ~/.cac
     KIND-runtime-KEY/             a kernel library (codegen.build.build_runtime)
     KIND-runtime-KEY.lock, .use   its build lock, and its use lock and stamp
     records/KEY/                  a traced program's decomposed record (KBs), KEY the digest of
-                                  the trace (planner/importers/torch/record_cache.py)
+                                  the trace (planner/importers/torch/record_cache.py), or a
+                                  plan (tens of KBs), KEY the digest of its graph, target, cost
+                                  table, options and the planner (planner/pipeline/kept.py)
     records/.KEY.use              its use lock and last-use stamp
 
 `prune` removes the least recently used first until the entries' total is at most the bound,

@@ -53,10 +53,10 @@ def import_piece(gm: Any, args: Sequence[Any], name: str, ranged: bool = False) 
 
     tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
     record = _symbolic_record(gm, args, tensor_at, ranged)
-    if record is None:
-        from planner.importers.torch.record import from_exported
+    if record is None:  # (kept per host: a restarted script reads it back, record_cache.py)
+        from planner.importers.torch.convert import recorded
 
-        record = from_exported(_decomposed(_exported(gm, args, tensor_at)))
+        record = recorded(_exported(gm, args, tensor_at), extra=decompositions())
     n_user = sum(1 for o in record.outputs if o.kind == "user_output")
     user_inputs = [i.name for i in record.inputs if i.kind == "user_input"]
     if len(user_inputs) != len(tensor_at):
@@ -90,22 +90,13 @@ def import_piece(gm: Any, args: Sequence[Any], name: str, ranged: bool = False) 
                        tuple(zip(mutated, returned[:n_mut], strict=True)))  # type: ignore[arg-type]
 
 
-def _decomposed(program: Any) -> Any:
-    """The exported graph with its no_grad regions' results detached, decomposed as the
-    backend decomposes (its fast paths kept whole)."""
+def decompositions() -> dict[Any, Any]:
+    """The backend's decompositions beside torch's (convert.decompose's `extra`): its fast
+    paths kept whole (an encoder layer's), prims.fma as a multiply and an add, and each
+    `_foreach_` op as its per-tensor ops (a compiled optimizer step's)."""
     from planner.importers.torch import fastpath, fma, foreach
-    from planner.importers.torch.convert import decompose
-    from planner.importers.torch.grad_mode import detach_grad_off
 
-    detach_grad_off(program)  # no_grad regions inside the graph: their results detached
-    try:
-        return decompose(program, {**fastpath.decompositions(), **fma.decompositions(),
-                                   **foreach.decompositions()})
-    except TorchImportError:
-        raise
-    except Exception as e:  # a program torch itself cannot decompose
-        raise TorchImportError(f"cannot decompose the graph: {type(e).__name__}: "
-                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    return {**fastpath.decompositions(), **fma.decompositions(), **foreach.decompositions()}
 
 
 # Dynamo's graphs of symbolic sizes (its automatic-dynamic recompile: a size argument per
@@ -194,7 +185,8 @@ def declared_sizes(args: Sequence[Any]) -> dict[int, tuple[int, ...]]:
 def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
                     sources: dict[int, tuple[int, int]]) -> Any:
     """`gm` traced once with every tensor dimension left to torch (Dim.AUTO), each size
-    argument read from its tensor's dimension, and decomposed; None where torch cannot."""
+    argument read from its tensor's dimension (SymbolicTrace: decomposed at the first size
+    whose record this host has not kept); None where torch cannot."""
     import sys
 
     from planner.importers.torch.specialize import SymbolicTrace
@@ -205,7 +197,8 @@ def _symbolic_trace(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
           file=sys.stderr, flush=True)
     try:
         program = _exported(gm, args, tensor_at, sources)
-        return SymbolicTrace(_decomposed(program))
+        # (each size's record kept per host; decomposed once, at the first size not kept)
+        return SymbolicTrace(program, extra=decompositions())
     except Exception:  # noqa: BLE001 - each size traced as it is then
         return None
 

@@ -280,7 +280,8 @@ def _planned_here(prepared: Any, options: BackendOptions, examples: dict[str, np
 
     from codegen.cached import load_built, package_name
     from planner.memory.options import MemoryOptions
-    from planner.pipeline import PlanOptions, plan
+    from planner.pipeline import PlanOptions
+    from planner.pipeline.kept import kept_plan
     from planner.schedule.options import ScheduleOptions
     from planner.torch.training import _cost_table
 
@@ -297,7 +298,7 @@ def _planned_here(prepared: Any, options: BackendOptions, examples: dict[str, np
                         options=settings, prefix="dynamo_")
     with warnings.catch_warnings():  # an op the table lacks is priced analytically
         warnings.simplefilter("ignore")
-        planned = plan(prepared, target, table, settings)
+        planned = kept_plan(prepared, target, table, settings)  # (this host's, planned before)
     name = package_name(planned, "dynamo_")
     if name not in _PACKAGES:
         _PACKAGES[name] = load_built(planned, folder, name)[0]

@@ -875,10 +875,9 @@ def _imported_at(recipe: Recipe, examples: Sequence[Any], traced: dict[Any, Any]
 
 
 def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
-    """The module traced once with dynamic shapes and decomposed (SymbolicTrace), or None
-    where torch cannot trace it so (each size is then traced as it is)."""
-    from planner.importers.torch.convert import decompose
-    from planner.importers.torch.grad_mode import detach_grad_off
+    """The module traced once with dynamic shapes (SymbolicTrace: decomposed at the first size
+    whose record this host has not kept), or None where torch cannot trace it so (each size is
+    then traced as it is)."""
     from planner.importers.torch.specialize import SymbolicTrace
 
     # Seconds (several concrete traces' worth): said, as every wait over ~2 s is.
@@ -887,8 +886,7 @@ def _symbolic_trace(recipe: Recipe, examples: Sequence[Any]) -> Any:
           file=sys.stderr, flush=True)
     try:
         program = _exported_as_made(recipe, examples, dynamic=True)
-        detach_grad_off(program)
-        return SymbolicTrace(decompose(program), PREFIX.rstrip("."))
+        return SymbolicTrace(program, PREFIX.rstrip("."))  # (decomposed once, where not kept)
     except Exception:  # noqa: BLE001 - torch's failure to trace symbolically: per size then
         return None
 

@@ -142,3 +142,37 @@ def test_an_argument_inside_a_nested_graph_is_another_record(cache, decompositio
     again = convert(torch.export.export(Draws(0.7), ()))
     assert len(decompositions) == 2
     assert first.graph != again.graph
+
+
+class Rows(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x).relu().sum(0)
+
+
+def _symbolic():
+    from planner.importers.torch.specialize import SymbolicTrace
+
+    torch.manual_seed(0)
+    rows = {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}
+    return SymbolicTrace(torch.export.export(Rows(), (torch.randn(5, 4),),
+                                             dynamic_shapes=(rows,)))
+
+
+def test_a_symbolic_traces_sizes_are_kept_each(cache, decompositions):
+    """A trace of dynamic shapes traced again (the next process) reads each size's record kept
+    by the first, decomposing nothing; a size not kept decomposes it once, for every size."""
+    first = _symbolic()
+    at5, at7 = first.at((torch.randn(5, 4),)), first.at((torch.randn(7, 4),))
+    assert len(decompositions) == 1 and len(entries(cache)) == 2
+    again = _symbolic()
+    assert again.at((torch.randn(5, 4),)).calls == at5.calls
+    assert again.at((torch.randn(7, 4),)).calls == at7.calls
+    assert len(decompositions) == 1
+    assert at5.calls != at7.calls  # each size's own record
+    again.at((torch.randn(9, 4),))
+    again.at((torch.randn(11, 4),))
+    assert len(decompositions) == 2 and len(entries(cache)) == 4

@@ -15,8 +15,7 @@ torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
 
 from planner.graph.interpret import run  # noqa: E402
-from planner.importers.torch.convert import convert, decompose  # noqa: E402
-from planner.importers.torch.grad_mode import detach_grad_off  # noqa: E402
+from planner.importers.torch.convert import convert  # noqa: E402
 from planner.importers.torch.record import OutsideTrace  # noqa: E402
 from planner.importers.torch.specialize import SymbolicTrace, named_like  # noqa: E402
 from tests.helpers.encoder_cases import Encoder, batch  # noqa: E402
@@ -34,8 +33,7 @@ def symbolic(model):
 
     tokens, keep, y = batch(9)
     program = export(model, (tokens, keep), F.cross_entropy, y, dynamic=True)
-    detach_grad_off(program)
-    return SymbolicTrace(decompose(program), "model")
+    return SymbolicTrace(program, "model")  # (decomposed at its first size not kept)
 
 
 def test_the_symbolic_trace_at_a_size_is_the_trace_at_that_size():

@@ -195,23 +195,32 @@ def decompose(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
             op._dispatch_cache.clear()
 
 
-def recorded(program: Any, module_root: str = "") -> Program:
-    """The record of an ExportedProgram traced in this process: the one kept from an earlier
-    trace of the same program (planner/importers/torch/record_cache.py), else decomposed and
-    recorded now, and kept."""
-    from planner.importers.torch import record_cache
-
-    folder = record_cache.folder(program, module_root)
-    kept = record_cache.load(folder, program) if folder is not None else None
-    if kept is not None:
-        return kept
+def decomposed(program: Any, extra: Mapping[Any, Any] | None = None) -> Any:
+    """`program` (an ExportedProgram traced in this process) with its no_grad regions' results
+    detached, then decomposed (`decompose`, with `extra`); TorchImportError in one line where
+    torch itself cannot decompose it."""
     detach_grad_off(program)  # before the decomposition inlines no_grad regions
     try:
-        program = decompose(program)
+        return decompose(program, extra)
+    except TorchImportError:
+        raise
     except Exception as e:  # a program torch itself cannot decompose
         raise TorchImportError(f"cannot decompose the program: {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
-    record = from_exported(program, module_root)
+
+
+def recorded(program: Any, module_root: str = "", extra: Mapping[Any, Any] | None = None
+             ) -> Program:
+    """The record of an ExportedProgram traced in this process, decomposed with `extra`
+    (`decompose`): the one kept from an earlier trace of the same program with the same table
+    (planner/importers/torch/record_cache.py), else decomposed and recorded now, and kept."""
+    from planner.importers.torch import record_cache
+
+    folder = record_cache.folder(program, module_root, extra)
+    kept = record_cache.load(folder, program) if folder is not None else None
+    if kept is not None:
+        return kept
+    record = from_exported(decomposed(program, extra), module_root)
     if folder is not None:
         record_cache.store(folder, record)
     return record

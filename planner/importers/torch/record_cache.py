@@ -4,11 +4,21 @@ notebook's restart) skips torch's decomposition and the record.
 Decomposing a traced program (torch.export's run_decompositions) and recording it
 (record.from_exported) were more than half of a restarted trainer's tracing: 10.0 of 15.8 s of
 the CNN script's three traces under cProfile at load 9 (bench/first_step_loop.py). Both are
-functions of the traced program alone, so the record is kept under a key of everything they read
-from it: the code of the graph and of every graph nested in it (a no_grad region's); every
-node's metadata they read (its value's shape, dtype, strides and offset, the module stack and
-source line messages name); the signature and the symbolic ranges; the module root; torch's
-version and this importer's own sources (a rule or a kept op changed: another key). Nothing the
+functions of the traced program and the decomposition table alone, so the record is kept under
+a key of everything they read: the code of the graph and of every graph nested in it (a
+no_grad region's); every node's metadata they read (its value's shape, dtype, strides and
+offset, the module paths and types of its module stack and the source line messages name: not
+the stack's keys, which Dynamo makes of each module's id() in the process); the signature and
+the symbolic ranges; the module root; torch's version and this importer's own sources (a rule
+or a kept op changed: another key); the table beside torch's own (`table_text`: each op and the
+function of this importer that decomposes it; one from anywhere else is not kept). The
+trainer's traces (torch's table) and torch.compile's graphs (planner/torch/dynamo_import.py:
+the backend's table, its fast paths, prims.fma and the `_foreach_` ops) go through the same
+`convert.recorded`, whose misses detach no_grad regions' results before decomposing
+(`convert.decomposed`, as every decomposition here does). A program traced with dynamic shapes
+(specialize.SymbolicTrace: the trainer's, the backend's graphs of symbolic sizes) keeps one
+record per size, under its key and each size symbol's value (`folder_at`): the next process
+decomposes it only at a size it has not kept, once. Nothing the
 user wrote is trusted to stand for the program: the key is made from what torch traced in this
 process, after the trace, so an edit of the model's code, a flag read in forward, another shape,
 another torch, each gives another key. A program that calls an op of its own (torch.library: its
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +60,15 @@ class NotKept(ValueError):
     """A value the record's JSON has no form for: the record is not kept."""
 
 
-def key(program: Any, root: str) -> str:
-    """The key of what decomposing and recording `program` (an ExportedProgram traced in this
-    process) reads from it, with module paths less `root` (module docstring)."""
+def key(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> str:
+    """The key of what decomposing `program` (an ExportedProgram traced in this process) with
+    the table `extra` (convert.decompose's: op -> its decomposition) and recording it reads
+    from it, with module paths less `root` (module docstring)."""
     import torch
 
     h = hashlib.sha256()
     h.update(f"{FORMAT}\0{torch.__version__}\0{root}\0{_sources_digest()}\0".encode())
+    h.update(f"table\0{table_text(extra or {})}\0".encode())
     h.update(str(program.graph_signature).encode())
     h.update(str(getattr(program, "range_constraints", "")).encode())
     # Every graph, the nested ones too: a region under no_grad is a submodule of its own
@@ -72,7 +85,9 @@ def key(program: Any, root: str) -> str:
                 raise NotKept(f"node {node.name!r}: {node.target}")
             meta = node.meta
             h.update(f"\0{node.name}\0{_meta_text(meta.get('val'))}\0".encode())
-            h.update(str(meta.get("nn_module_stack", "")).encode())
+            # its modules' paths and types, as the record reads them (origin.module_path),
+            # not the stack's keys: Dynamo's name each module by its id() in this process
+            h.update(str(list((meta.get("nn_module_stack") or {}).values())).encode())
             h.update(str(meta.get("stack_trace", "")).encode())
     for name, t in sorted({**(getattr(program, "constants", {}) or {}),
                            **program.state_dict}.items()):
@@ -80,16 +95,62 @@ def key(program: Any, root: str) -> str:
     return h.hexdigest()[:32]
 
 
-def folder(program: Any, root: str) -> Path | None:
-    """Where the record of `program` is kept: <cache>/records/KEY; None where there is no cache
-    folder (no home, $PLANNER_CACHE not a folder) or the program calls an op of another
-    namespace than torch's own (its decomposition is the user's code): nothing kept."""
+def table_text(extra: Mapping[Any, Any]) -> str:
+    """The identity of a decomposition table beside torch's own: each op's name and the
+    function that decomposes it (module and qualified name: its code is one of this importer's
+    sources, in the key by their digest). NotKept for a function from anywhere else (its code
+    is not in the key).
+
+    >>> from planner.importers.torch import fma
+    >>> table_text({"prims.fma.default": fma.fma})
+    'prims.fma.default=planner.importers.torch.fma.fma'
+    """
+    rows = []
+    for op, fn in extra.items():
+        module = getattr(fn, "__module__", None) or ""
+        if module.rpartition(".")[0] != __name__.rpartition(".")[0]:
+            raise NotKept(f"decomposition of {op}: {module or type(fn).__name__}")
+        rows.append(f"{op}={module}.{getattr(fn, '__qualname__', '')}")
+    return "\n".join(sorted(rows))
+
+
+def keyed(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> str | None:
+    """key(program, root, extra), or None where nothing of it is kept: the program calls an op
+    of another namespace than torch's own (its decomposition is the user's code) or `extra`
+    holds a decomposition of code outside this importer (table_text)."""
+    try:
+        return key(program, root, extra)
+    except NotKept:
+        return None
+
+
+def folder(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> Path | None:
+    """Where the record of `program` decomposed with `extra` is kept: <cache>/records/KEY; None
+    where nothing of it is kept (keyed) or there is no cache folder (no home, $PLANNER_CACHE
+    not a folder)."""
+    return _under(keyed(program, root, extra))
+
+
+def folder_at(keyed: str | None, sizes: Mapping[Any, int]) -> Path | None:
+    """Where the record of a program traced with dynamic shapes (`keyed`: its key) at `sizes`
+    (each size symbol's value) is kept (specialize.SymbolicTrace): one record per size; None as
+    `folder`. The record at sizes is the program's at them, guards checked: only one that
+    held them was kept."""
+    if keyed is None:
+        return None
+    at = ",".join(f"{k}={v}" for k, v in sorted((str(k), int(v)) for k, v in sizes.items()))
+    return _under(hashlib.sha256(f"{keyed}\0at\0{at}".encode()).hexdigest()[:32])
+
+
+def _under(name: str | None) -> Path | None:
     from planner.errors import UserError
     from planner.io.disk_cache import records_root
 
+    if name is None:
+        return None
     try:
-        return records_root() / key(program, root)
-    except (UserError, NotKept):
+        return records_root() / name
+    except UserError:
         return None
 
 

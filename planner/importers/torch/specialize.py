@@ -3,7 +3,7 @@ once, recorded at each concrete size by evaluating its size symbols (record.from
 `binding`), where tracing and decomposing again took 1.5-3 s a size (a 2-layer encoder on the
 2-core VM: the dynamic-padding loop of bench/first_step_loop.py, a new length every few steps).
 
-    traced = SymbolicTrace(decomposed)                # torch.export(..., dynamic_shapes=AUTO)
+    traced = SymbolicTrace(program)                   # torch.export(..., dynamic_shapes=AUTO)
     record = traced.at((tokens, mask, labels))        # a Program at these sizes, or OutsideTrace
 
 Sound as torch's own dynamic shapes are: the program holds for every size its guards and range
@@ -14,7 +14,7 @@ sizes as they are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from planner.importers.torch.record import Binding, OutsideTrace, Program, from_exported
@@ -24,30 +24,38 @@ if TYPE_CHECKING:
 
 
 class SymbolicTrace:
-    """A decomposed ExportedProgram traced with dynamic shapes, recorded at concrete sizes."""
+    """An ExportedProgram traced with dynamic shapes, recorded at concrete sizes: each size's
+    record kept per host (record_cache.py, by the trace's key and the sizes), the program
+    decomposed (convert.decomposed, with `extra`) once, at the first size whose record is not
+    kept."""
 
-    def __init__(self, program: Any, root: str = "") -> None:
-        from torch.export.graph_signature import InputKind
+    def __init__(self, program: Any, root: str = "", extra: Mapping[Any, Any] | None = None
+                 ) -> None:
+        from planner.importers.torch import record_cache
 
-        self.program = program
+        self.traced = program
         self.root = root
-        kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs
-                 if hasattr(s.arg, "name")}
-        self._inputs = [n for n in program.graph_module.graph.nodes
-                        if n.op == "placeholder" and kinds.get(n.name) == InputKind.USER_INPUT]
+        self.extra = extra
+        # (made before the decomposition detaches no_grad regions' results in the program)
+        self.keyed = record_cache.keyed(program, root, extra)
+        self.program: Any = None  # decomposed, at the first size not kept
+        self.failed = False  # torch could not decompose it: every size traced as it is
         self._kept: dict[int, Any] = {}  # what no binding changes (record.Binding)
 
-    def binding(self, args: Sequence[Any]) -> Binding:
-        """Each size symbol's value at the shapes of `args` (the traced inputs, in order);
+    def binding(self, args: Sequence[Any], program: Any = None) -> Binding:
+        """Each size symbol's value at the shapes of `args` (the traced inputs, in order) in
+        `program` (the decomposed one: the traced one's placeholders and ranges where None);
         OutsideTrace where they are not a size of the trace."""
         import sympy
         import torch
 
-        if len(args) != len(self._inputs):
-            raise OutsideTrace(f"{len(args)} inputs, the trace has {len(self._inputs)}")
+        program = self.program if program is None else program
+        inputs = _user_inputs(program)
+        if len(args) != len(inputs):
+            raise OutsideTrace(f"{len(args)} inputs, the trace has {len(inputs)}")
         binding: dict[Any, int] = {}
         pairs = []
-        for node, a in zip(self._inputs, args, strict=True):
+        for node, a in zip(inputs, args, strict=True):
             val = node.meta.get("val")
             if tuple(val.shape).__len__() != a.dim():
                 raise OutsideTrace(f"input {node.name!r} of rank {a.dim()}")
@@ -59,7 +67,7 @@ class SymbolicTrace:
         for name, expr, n in pairs:
             if expr.xreplace(binding) != n:
                 raise OutsideTrace(f"input {name!r}: the trace holds {expr} there, not {n}")
-        for symbol, ranges in (self.program.range_constraints or {}).items():
+        for symbol, ranges in (program.range_constraints or {}).items():
             value = binding.get(symbol)
             if value is not None and not (ranges.lower <= value <= ranges.upper):
                 raise OutsideTrace(f"size {symbol} = {value} outside the trace's range "
@@ -68,7 +76,38 @@ class SymbolicTrace:
 
     def at(self, args: Sequence[Any]) -> Program:
         """The program's record at the shapes of `args` (OutsideTrace: trace them apart)."""
-        return from_exported(self.program, self.root, self.binding(args))
+        from planner.importers.torch import record_cache
+
+        sizes = self.binding(args, self.traced if self.program is None else None)
+        folder = record_cache.folder_at(self.keyed, sizes)
+        kept = record_cache.load(folder, self.traced) if folder is not None else None
+        if kept is not None:
+            return kept
+        record = from_exported(self._decomposed(), self.root, self.binding(args))
+        if folder is not None:
+            record_cache.store(folder, record)
+        return record
+
+    def _decomposed(self) -> Any:
+        from planner.importers.torch.convert import decomposed
+
+        if self.program is None and not self.failed:
+            try:
+                self.program = decomposed(self.traced, self.extra)
+            except Exception:  # noqa: BLE001 - torch's failure: each size traced as it is
+                self.failed = True
+        if self.program is None:
+            raise OutsideTrace("torch could not decompose the symbolic trace")
+        return self.program
+
+
+def _user_inputs(program: Any) -> list[Any]:
+    from torch.export.graph_signature import InputKind
+
+    kinds = {s.arg.name: s.kind for s in program.graph_signature.input_specs
+             if hasattr(s.arg, "name")}
+    return [n for n in program.graph_module.graph.nodes
+            if n.op == "placeholder" and kinds.get(n.name) == InputKind.USER_INPUT]
 
 
 def names_like(graph: Any, like: Any) -> dict[str, str] | None:
