@@ -240,7 +240,8 @@ def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys, mo
     piece._LARGEST.clear()
     net = compiled(model, lanes=False)
     counts = []
-    train_lengths(model, ref, net, (12, 20, 31, 17, 25), after=lambda step: counts.append(planned()))
+    train_lengths(model, ref, net, (12, 20, 31, 17, 25),
+                  after=lambda step: counts.append(planned()))
     assert counts == [2, 4, 4, 4, 4]
     assert any((4, 31) in r.largest for rs in executors._RANGES.values() for r in rs)
     assert "its range is up to [50, 8], [4, 31]" in capsys.readouterr().err

@@ -138,7 +138,12 @@ class Draws(torch.nn.Module):
 
 
 def test_an_argument_inside_a_nested_graph_is_another_record(cache, decompositions):
+    """A program with a no_grad region is kept (its nested graph in the key): traced again,
+    it is read back; another argument inside the region is another record."""
     first = convert(torch.export.export(Draws(0.2), ()))
+    assert len(entries(cache)) == 1
+    assert convert(torch.export.export(Draws(0.2), ())).graph == first.graph
+    assert len(decompositions) == 1
     again = convert(torch.export.export(Draws(0.7), ()))
     assert len(decompositions) == 2
     assert first.graph != again.graph

@@ -54,6 +54,9 @@ _TORCH_KINDS = ("dtype", "device", "layout", "memory_format")
 # The op namespaces whose decompositions are torch's own (a program calling any other op is
 # not kept).
 TORCH_NAMESPACES = frozenset({"aten", "prims"})
+# torch's own higher-order ops whose bodies are graphs nested in the program, each hashed into
+# the key with its code (a no_grad region: grad_mode.py).
+KEPT_HIGHER_ORDER = frozenset({"wrap_with_set_grad_enabled"})
 
 
 class NotKept(ValueError):
@@ -79,7 +82,10 @@ def key(program: Any, root: str, extra: Mapping[Any, Any] | None = None) -> str:
             continue
         h.update(f"\0graph {name}\0{module.code}".encode())
         for node in graph.nodes:
-            if getattr(node.target, "namespace", "aten") not in TORCH_NAMESPACES:
+            namespace = getattr(node.target, "namespace", "aten")
+            if namespace not in TORCH_NAMESPACES and not (
+                    namespace == "higher_order"
+                    and getattr(node.target, "__name__", None) in KEPT_HIGHER_ORDER):
                 # a user's own op (torch.library): its decomposition is their code, which
                 # the trace does not show
                 raise NotKept(f"node {node.name!r}: {node.target}")
