@@ -24,6 +24,11 @@ INF_OR_NAN = {f"{v[0]}.nan{1 if v[1] == 'BatchNorm' else 2}" for v in VARIANTS
               if v[1] in ("BatchNorm", "BatchNormGrad") and ".nan" not in v[0]
               and v[2].get("training", True)}
 
+# Inputs whose non-finite outputs may be any of NaN, +inf and -inf: cuFFT's butterflies and
+# twiddles meet a poisoned point in another order than pocketfft's (the reference's), which
+# decides where inf * 0 or inf - inf gives NaN; finite outputs stay where the reference's are.
+ANY_NONFINITE = {v[0] for v in VARIANTS if v[1] == "FFT" and ".nan" in v[0]}
+
 # The cases of the ops the CUDA runtime has (gradient accumulation is the CPU executor's;
 # SGD's dampening and Adam's amsgrad, an update of another arity, are the CPU's too:
 # codegen.backends refuses them on CUDA; so are a sum's and a batch norm gradient's folded
@@ -64,4 +69,5 @@ def test_kernel_matches_reference(label, op, attrs, xs, executed):
         # whose cast is 0) are left out.
         finite = np.isfinite(xs[0])
         xs, got = [np.where(finite, xs[0], 0).astype(xs[0].dtype)], [np.where(finite, got[0], 0)]
-    check_variant(op, attrs, xs, got, CUDA_TOL, inf_or_nan=label in INF_OR_NAN)
+    check_variant(op, attrs, xs, got, CUDA_TOL, inf_or_nan=label in INF_OR_NAN,
+                  any_nonfinite=label in ANY_NONFINITE)
