@@ -171,7 +171,8 @@ def test_a_training_step_through_ffts_matches_the_float64_reference(options, tmp
     """The spectral graph's training step (FFTs forward and, as their adjoints, in the
     gradient) on the planned layout, eagerly and replayed as a CUDA graph (cuFFT's execs
     captured with their work areas): the loss and the updated params against the float64
-    interpreter, within 1e-3 or ten times numpy's own float32 error."""
+    interpreter, within 1e-4 or ten times numpy's own float32 error (tests/codegen/zoo_cases.py;
+    the CPU executor's pocketfft lands 4e-8 from it on this graph)."""
     from codegen.build import build
     from codegen.load import load
     from codegen.render import render
