@@ -203,9 +203,9 @@ def cuda_arch(capability: str, target: str) -> str:
 
 def cuda_toolchain(arch: str = "90") -> dict[str, str]:
     """What a CUDA runtime build for architecture `arch` uses: nvcc (and its version), the
-    architecture, and the cuDNN, cuBLAS and cuFFT wheels' folders and libraries (the `cuda`
-    extra; CUDA 13's cuBLAS and cuFFT wheels share the folder nvidia/cu13, CUDA 12's have one
-    each). BuildError naming what is missing."""
+    architecture, and the cuDNN, cuBLAS, cuFFT and cuSOLVER wheels' folders and libraries
+    (the `cuda` extra; CUDA 13's cuBLAS, cuFFT and cuSOLVER wheels share the folder
+    nvidia/cu13, CUDA 12's have one each). BuildError naming what is missing."""
     nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     if not nvcc and Path("/usr/local/cuda/bin/nvcc").exists():
         nvcc = "/usr/local/cuda/bin/nvcc"
@@ -238,6 +238,9 @@ _CUDA_WHEELS = (
     # cuFFT 12 is CUDA 13's (its wheel nvidia-cufft), cuFFT 11 CUDA 12's (nvidia-cufft-cu12)
     ("cufft", (("nvidia.cu13", ("libcufft.so.12",)),
                ("nvidia.cufft", ("libcufft.so.12", "libcufft.so.11")))),
+    # cuSOLVER 12 is CUDA 13's (nvidia-cusolver), 11 CUDA 12's (nvidia-cusolver-cu12)
+    ("cusolver", (("nvidia.cu13", ("libcusolver.so.12",)),
+                  ("nvidia.cusolver", ("libcusolver.so.12", "libcusolver.so.11")))),
 )
 
 
@@ -419,7 +422,9 @@ def _cuda_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
     return {"CMAKE_CUDA_COMPILER": cuda["nvcc"], "PLANNER_CUDA_ARCH": cuda["arch"],
             "PLANNER_CUDNN_ROOT": cuda["cudnn_root"], "PLANNER_CUDNN_LIB": cuda["cudnn_lib"],
             "PLANNER_CUBLAS_ROOT": cuda["cublas_root"], "PLANNER_CUBLAS_LIB": cuda["cublas_lib"],
-            "PLANNER_CUFFT_ROOT": cuda["cufft_root"], "PLANNER_CUFFT_LIB": cuda["cufft_lib"]}
+            "PLANNER_CUFFT_ROOT": cuda["cufft_root"], "PLANNER_CUFFT_LIB": cuda["cufft_lib"],
+            "PLANNER_CUSOLVER_ROOT": cuda["cusolver_root"],
+            "PLANNER_CUSOLVER_LIB": cuda["cusolver_lib"]}
 
 
 @dataclass(frozen=True)

@@ -53,16 +53,28 @@ def test_the_cuda_executor_takes_every_case():
     support.check(graph, RUNTIMES["cuda"], "9.0")
 
 
+# The kernels never run on a GPU yet (codegen.backends' not_yet_run_ops: cuFFT's, cuSOLVER's)
+# run in an executor of their own: one that fails at load (a library call at plan or
+# workspace time) takes only their cases with it, not every kernel's.
+NOT_YET_RUN = RUNTIMES["cuda"].not_yet_run_ops
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     return run_variants(tmp_path_factory.mktemp("ops") / "cuda_op_kernels", "cuda",
-                        CUDA_VARIANTS)
+                        [v for v in CUDA_VARIANTS if v[1] not in NOT_YET_RUN])
+
+
+@pytest.fixture(scope="module")
+def executed_new(tmp_path_factory):
+    return run_variants(tmp_path_factory.mktemp("ops") / "cuda_new_kernels", "cuda",
+                        [v for v in CUDA_VARIANTS if v[1] in NOT_YET_RUN])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("label,op,attrs,xs", CUDA_VARIANTS, ids=[v[0] for v in CUDA_VARIANTS])
-def test_kernel_matches_reference(label, op, attrs, xs, executed):
-    got = executed[label]
+def test_kernel_matches_reference(label, op, attrs, xs, request):
+    got = request.getfixturevalue("executed_new" if op in NOT_YET_RUN else "executed")[label]
     if op == "Cast" and np.dtype(attrs["to"]).kind == "i" and xs[0].dtype.kind == "f":
         # A float NaN or infinity cast to an integer is undefined behaviour in C++, and PyTorch's
         # own CPU and CUDA backends give different integers for it: those elements (as zeros,
