@@ -203,8 +203,9 @@ def cuda_arch(capability: str, target: str) -> str:
 
 def cuda_toolchain(arch: str = "90") -> dict[str, str]:
     """What a CUDA runtime build for architecture `arch` uses: nvcc (and its version), the
-    architecture, and the cuDNN and cuBLAS wheels' folders and libraries (the `cuda` extra).
-    BuildError naming what is missing."""
+    architecture, and the cuDNN, cuBLAS, cuFFT and cuSOLVER wheels' folders and libraries
+    (the `cuda` extra; CUDA 13's cuBLAS, cuFFT and cuSOLVER wheels share the folder
+    nvidia/cu13, CUDA 12's have one each). BuildError naming what is missing."""
     nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc")
     if not nvcc and Path("/usr/local/cuda/bin/nvcc").exists():
         nvcc = "/usr/local/cuda/bin/nvcc"
@@ -217,17 +218,30 @@ def cuda_toolchain(arch: str = "90") -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError, IndexError) as e:
         raise BuildError(f"nvcc ({nvcc}) does not run: {e}") from None
     out = {"nvcc": nvcc, "nvcc_version": version, "arch": arch}
-    for lib, package, names in (("cudnn", "nvidia.cudnn", ("libcudnn.so.9",)),
-                                ("cublas", "nvidia.cu13", ("libcublas.so.13",))):
-        root = _wheel_root(package, names)
-        if root is None and lib == "cublas":
-            root = _wheel_root("nvidia.cublas", ("libcublas.so.13", "libcublas.so.12"))
+    for lib, packages in _CUDA_WHEELS:
+        root = next((r for package, names in packages
+                     if (r := _wheel_root(package, names)) is not None), None)
         if root is None:
             raise BuildError(f"{lib} not found: install the cuda extra "
                              f"(pip install -e '.[cuda]') to build a CUDA executor")
         out[f"{lib}_root"] = str(root[0])
         out[f"{lib}_lib"] = str(root[1])
     return out
+
+
+# Per library the CUDA runtime links: the (package, library files) its wheels may be, first
+# found wins: CUDA 13's, then CUDA 12's.
+_CUDA_WHEELS = (
+    ("cudnn", (("nvidia.cudnn", ("libcudnn.so.9",)),)),
+    ("cublas", (("nvidia.cu13", ("libcublas.so.13",)),
+                ("nvidia.cublas", ("libcublas.so.13", "libcublas.so.12")))),
+    # cuFFT 12 is CUDA 13's (its wheel nvidia-cufft), cuFFT 11 CUDA 12's (nvidia-cufft-cu12)
+    ("cufft", (("nvidia.cu13", ("libcufft.so.12",)),
+               ("nvidia.cufft", ("libcufft.so.12", "libcufft.so.11")))),
+    # cuSOLVER 12 is CUDA 13's (nvidia-cusolver), 11 CUDA 12's (nvidia-cusolver-cu12)
+    ("cusolver", (("nvidia.cu13", ("libcusolver.so.12",)),
+                  ("nvidia.cusolver", ("libcusolver.so.12", "libcusolver.so.11")))),
+)
 
 
 def _wheel_root(package: str, names: tuple[str, ...]) -> tuple[Path, Path] | None:
@@ -407,7 +421,10 @@ def _cuda_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
     cuda = cuda_toolchain(arch)
     return {"CMAKE_CUDA_COMPILER": cuda["nvcc"], "PLANNER_CUDA_ARCH": cuda["arch"],
             "PLANNER_CUDNN_ROOT": cuda["cudnn_root"], "PLANNER_CUDNN_LIB": cuda["cudnn_lib"],
-            "PLANNER_CUBLAS_ROOT": cuda["cublas_root"], "PLANNER_CUBLAS_LIB": cuda["cublas_lib"]}
+            "PLANNER_CUBLAS_ROOT": cuda["cublas_root"], "PLANNER_CUBLAS_LIB": cuda["cublas_lib"],
+            "PLANNER_CUFFT_ROOT": cuda["cufft_root"], "PLANNER_CUFFT_LIB": cuda["cufft_lib"],
+            "PLANNER_CUSOLVER_ROOT": cuda["cusolver_root"],
+            "PLANNER_CUSOLVER_LIB": cuda["cusolver_lib"]}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ DEADLINE=${DEADLINE:-470}
 cat "$OUT/env.txt"
 if [ -n "${DRY:-}" ]; then tgt="show h100-80gb"; else tgt=detect; fi
 timeout 30 "$PY" -m planner.cli target $tgt >>"$OUT/env.txt" 2>&1
-"$PY" -m pip list 2>/dev/null | grep -iE "^(torch|triton|nvidia-cudnn-cu1[23]|nvidia-cublas|nanobind|numpy|pydantic) " >>"$OUT/env.txt"
+"$PY" -m pip list 2>/dev/null | grep -iE "^(torch|triton|nvidia-cudnn-cu1[23]|nvidia-cublas|nvidia-cufft(-cu12)?|nvidia-cusolver(-cu12)?|nanobind|numpy|pydantic) " >>"$OUT/env.txt"
+# the libraries the CUDA runtime links (cuFFT, cuSOLVER new): a missing one skips every build
+"$PY" -c "from codegen.build import cuda_toolchain as t; print(t())" >>"$OUT/env.txt" 2>&1
 M=${MODELS:-resnet50,gpt}
 if [ -n "${DRY:-}" ]; then
   gpu=nvidia-h200; D=(--dry-run --tiny); R=()

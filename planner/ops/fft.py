@@ -14,7 +14,12 @@ conjugate transpose of its matrix, as a real map of the planes: the same op in t
 direction with the same real scale (FFT of dy, `inverse` flipped). The CPU kernel is
 pocketfft's c2c (third_party/pocketfft, the header NumPy, SciPy and PyTorch build their CPU
 FFTs on): O(n log n) for every length (Bluestein's algorithm for large prime factors), error
-O(log n) eps. FLOPs: 5 n log2 n per transformed line of length n, the radix-2 count.
+O(log n) eps. The CUDA kernel (templates/cuda/runtime/kernels/fft.cu, float32 only: the CUDA
+runtime has no float64 tensors) is cuFFT's C2C over runs of up to three adjacent axes, its
+plans made once per geometry at load and cached by the executor, its work area the op's
+planned scratch (`gpu_scratch`, an estimate: cuFFT tells its figure only once a plan is made
+on the device); compiled with nvcc, not yet run on a GPU (tests/cuda/test_cuda_fft.py).
+FLOPs: 5 n log2 n per transformed line of length n, the radix-2 count.
 
 Example:
     >>> import numpy as np
@@ -100,6 +105,27 @@ def _reference(xs: list[np.ndarray], a: Attrs) -> list[np.ndarray]:
     return [(np.stack([y.real, y.imag], axis=-1) * a["scale"]).astype(x.dtype)]
 
 
+def _smooth(n: int) -> bool:
+    """Whether n factors into 2, 3, 5 and 7 (2^a 3^b 5^c 7^d: the lengths cuFFT's
+    documentation names as those it runs fastest)."""
+    for p in (2, 3, 5, 7):
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
+def _gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's cuFFT work area, planned before any cuFFT plan exists, so an
+    estimate: x's bytes where every transformed length factors into 2, 3, 5 and 7, 8 times
+    that otherwise (Bluestein's algorithm, which cuFFT may take for larger prime factors, pads
+    a length n to under 4n, in two buffers). A kernel whose plans ask for more gets a block of
+    its own at load (`unplanned_scratch_bytes`), which tests/cuda/test_cuda_fft.py reads: not
+    yet run on a GPU."""
+    x = ins[0]
+    lengths = [x.shape[k] for k in transformed_axes(a["axes"], x.rank - 1)]
+    return x.nbytes * (1 if all(map(_smooth, lengths)) else 8)
+
+
 def _gradient(g: GradBuilder, node: Node, grads: list[str | None]) -> list[str | None]:
     """The adjoint: the DFT matrix's conjugate transpose is the other direction's, and the
     real scale stays."""
@@ -115,6 +141,7 @@ register(OpDef(
     attrs={"axes": Attr("ints", required=True), "inverse": Attr("bool", False),
            "scale": Attr("float", 1.0)},
     infer=_infer, flops=_flops, bytes_moved=_bytes, reference=_reference, gradient=_gradient,
+    gpu_scratch=_gpu_scratch,
     doc="Complex-to-complex DFT of a complex tensor's planes ([..., 2]) along `axes`, forward "
         "or inverse, times `scale`.",
 ))

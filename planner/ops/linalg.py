@@ -42,7 +42,9 @@ executor gives the values below).
 The CPU kernels call LAPACK in float32 (templates/cpu/runtime/kernels/lapack.cpp: getrf,
 getrs, getri, potrf, syevd, gesdd, geqrf, orgqr, one matrix per thread), as torch does
 (MatrixExp: float64 dgemm, dgetrf, dgetrs, rounded once); the CUDA kernels factor each
-matrix in float64 (templates/common/small_linalg.h) and round once. The references factor
+matrix in float64 (templates/common/small_linalg.h) and round once, but MatrixEigh's, which is
+cuSOLVER's syevBatched in float32 (kernels/eigh.cu; compiled, not yet run on a GPU: NaN for a
+matrix whose info is not 0). The references factor
 in float64. A matrix that does not factor is no error
 without `check`: a singular matrix's inverse and solve are NaN on the CPU (inf or NaN from the
 zero pivot on CUDA), its slogdet sign 0 and log|det| -inf (torch's); Cholesky gives NaN from
@@ -153,6 +155,18 @@ def _gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int
     GPU thread each): the matrix, a column and the pivots."""
     n = ins[0].shape[-1]
     return _batch(ins[0]) * 8 * (n * n + 2 * n)
+
+
+def _eigh_gpu_scratch(ins: list[TensorType], outs: list[TensorType], a: Attrs) -> int:
+    """The CUDA kernel's (kernels/eigh.cu, cuSOLVER's syevBatched): a copy of the matrices
+    (cuSOLVER overwrites them with the eigenvectors) and an info per matrix, each 256-byte
+    aligned, then cuSOLVER's device workspace, which it tells only at load, on the device:
+    planned as twice the matrices' bytes and 64 KiB, an estimate (a kernel asking for more
+    gets a block of its own at load, `unplanned_scratch_bytes`); not yet run on a GPU."""
+    def aligned(b: int) -> int:
+        return -(-b // 256) * 256
+
+    return aligned(ins[0].nbytes) + aligned(4 * _batch(ins[0])) + 2 * ins[0].nbytes + (64 << 10)
 
 
 def _info_type(a: TensorType, attrs: Attrs) -> list[TensorType]:
@@ -465,7 +479,7 @@ register(OpDef(
     name="MatrixEigh", arity=1, cost_class="gemm", recompute="expensive",
     attrs={"upper": Attr("bool", False)},
     infer=_eigh_infer, reference=_eigh, gradient=_eigh_gradient,
-    scratch=_lapack_scratch("MatrixEigh"),
+    scratch=_lapack_scratch("MatrixEigh"), gpu_scratch=_eigh_gpu_scratch,
     # divide and conquer with vectors: about 9 n^3 multiply-adds (the tridiagonal reduction
     # 4/3 n^3, its back-transformation 2 n^3, the merges most of the rest)
     flops=lambda ins, outs, a: _batch(ins[0]) * 18 * ins[0].shape[-1] ** 3,

@@ -775,12 +775,16 @@ def _f64(x):
     return x.astype(np.float64) if x.dtype == np.float32 else x
 
 
-def check_variant(op, attrs, xs, outputs, tol: float, inf_or_nan: bool = False) -> None:
+def check_variant(op, attrs, xs, outputs, tol: float, inf_or_nan: bool = False,
+                  any_nonfinite: bool = False) -> None:
     """One variant's outputs against the op's reference: NaN and infinities exactly where the
     float32 reference has them, finite values within `tol` of the float64 reference (or 10x
     numpy's own float32 error where that is larger: sums that cancel). `inf_or_nan`: where the
     reference is infinite, NaN passes too (a kernel that folds an infinite operand into a
-    multiply-add meets inf - inf where the reference's order does not)."""
+    multiply-add meets inf - inf where the reference's order does not). `any_nonfinite`: where
+    the reference is NaN or infinite, any of NaN, +inf and -inf passes (an FFT's butterflies
+    meet an infinity in another order than the reference's, so which of them comes out of a
+    poisoned line is the algorithm's), and only there."""
     opdef = get_op(op)
     full = opdef.normalize_attrs(attrs)
     with np.errstate(all="ignore"):
@@ -789,6 +793,9 @@ def check_variant(op, attrs, xs, outputs, tol: float, inf_or_nan: bool = False) 
     for k, (got, near, want) in enumerate(zip(outputs, single, exact, strict=True)):
         got, near = np.asarray(got), np.asarray(near)
         assert got.shape == near.shape and got.dtype == near.dtype, f"output {k}"
+        if any_nonfinite and got.dtype.kind == "f":
+            assert np.array_equal(np.isfinite(got), np.isfinite(near)), f"output {k}: finite"
+            got = np.where(np.isfinite(near), got, near)
         if got.dtype.kind != "f" or op in FORMAT_EXACT:
             assert np.array_equal(got, near, equal_nan=got.dtype.kind == "f"), f"output {k}"
             continue

@@ -307,6 +307,32 @@ def test_cuda_sources_compile(tmp_path):
         assert "warning" not in done.stderr, done.stderr[-4000:]
 
 
+@pytest.mark.parametrize("src,header,symbol", [("fft.cu", "cufft.h", "fft_scale"),
+                                               ("eigh.cu", "cusolverDn.h", "eigh_vectors")])
+def test_the_cuda_library_sources_compile(src, header, symbol, tmp_path):
+    """kernels/fft.cu (cuFFT) and kernels/eigh.cu (cuSOLVER) to PTX, their headers from the
+    `cuda` extra's wheels (the nvidia/cu13 folder they share with cuBLAS's, or folders of their
+    own on PYTHONPATH)."""
+    nvcc = _nvcc()
+    cudnn = pytest.importorskip("nvidia.cudnn")
+    cu13 = pytest.importorskip("nvidia.cu13")
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    found = [Path(p) / "include" for p in cu13.__path__ if (Path(p) / "include" / header).exists()]
+    if not found:
+        pytest.skip(f"no {header}: install the cuda extra (pip install -e '.[cuda]')")
+    nv = Path(cudnn.__path__[0]).parent
+    includes = [RUNTIME, ROOT / "templates" / "common", nv / "cudnn" / "include",
+                nv / "cu13" / "include", found[0]]
+    cmd = [nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-Xcompiler", "-Wall",
+           *[f"-I{p}" for p in includes], str(RUNTIME / "kernels" / src),
+           "-o", str(tmp_path / (src + ".ptx"))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "warning" not in done.stderr, done.stderr[-4000:]
+    assert symbol in (tmp_path / (src + ".ptx")).read_text()
+
+
 HARNESS = r"""
 #include <cmath>
 #include <cstdio>

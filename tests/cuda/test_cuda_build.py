@@ -12,6 +12,7 @@ import pytest
 
 from codegen.backends import RUNTIMES
 from codegen.build import build, build_runtime
+from codegen.layout import scratch_areas
 from codegen.render import render
 from planner.frontend.autodiff import make_training_graph
 from planner.graph.optimizer import Optimizer
@@ -44,6 +45,26 @@ def test_training_executor_builds(model, size, tmp_path):
     convs = {c.node: c.algorithm for c in plan.memory.convs}
     strings = schedule_strings(tree)
     assert convs and all(f"conv_algo={a}".encode() in strings for a in convs.values())
+
+
+@pytest.mark.nvcc
+def test_an_fft_training_plan_builds(tmp_path):
+    """A training plan whose FFTs run forward and in the gradient (tests/cuda/fft_cases.py)
+    renders for the GPU, each FFT with its cuFFT work area planned as its scratch
+    (OpDef.gpu_scratch), and builds against the sm_90 runtime, whose kernels/fft.cu links
+    cuFFT (tests/cuda/test_cuda_fft.py runs it on a GPU)."""
+    from tests.cuda.fft_cases import spectral_graph
+
+    graph = make_training_graph(spectral_graph(), Optimizer(kind="sgd", lr=0.1))
+    plan = gpu_plan(graph)
+    ffts = [n for n in plan.graph.nodes if n.op == "FFT"]
+    assert len(ffts) == 4 and {n.attrs["inverse"] for n in ffts} == {False, True}
+    scratch = scratch_areas(plan.tensors)  # op -> (offset, bytes): x's bytes each (smooth)
+    assert all(scratch[n.name][1] == 4 * 6 * 16 * 2 * 4 for n in ffts), scratch
+    tree = render(plan, tmp_path / "spectral", layout="plan")
+    result = build(tree)
+    assert result.runtime.parent.parent.name.startswith("cuda-sm90-runtime-")
+    assert "FFT" in import_runtime(result.runtime).registered_ops()
 
 
 @pytest.mark.nvcc

@@ -72,20 +72,37 @@ def test_flops_are_5_n_log2_n_per_line():
     assert get_op("FFT").bytes_moved([x], [x], attrs) == 2 * 2 * x.nbytes
 
 
-def test_the_cuda_executor_refuses_the_op_in_one_line():
-    """No cuFFT kernel yet: the CUDA backend does not register FFT, so a plan holding one is
-    refused before anything is rendered (codegen.support.check), naming the node; the CPU
-    backend runs it in float32 and float64."""
+def test_the_cuda_executor_takes_float32_and_refuses_float64_in_one_line():
+    """The CUDA runtime registers FFT (cuFFT, kernels/fft.cu): a float32 graph holding one
+    passes its admission check; the runtime has no float64 tensors, so a float64 one is
+    refused before anything is rendered (codegen.support.check), naming the tensor; the CPU
+    backend runs both."""
     from codegen.backends import RUNTIMES
     from codegen.errors import UnsupportedError
     from codegen.support import check
     from planner.graph import GraphBuilder, check_graph
 
-    b = GraphBuilder("spectrum")
-    y = b.op_n("FFT", [b.input("x", (4, 8, 2), "float32")], {"axes": [1]})
-    graph = check_graph(b.build(outputs=y))
-    check(graph, RUNTIMES["cpu"])
-    assert RUNTIMES["cpu"].admits("FFT", ["float64"], ["float64"])
+    def spectrum(dtype):
+        b = GraphBuilder("spectrum")
+        y = b.op_n("FFT", [b.input("x", (4, 8, 2), dtype)], {"axes": [1]})
+        return check_graph(b.build(outputs=y))
+
+    for dtype in ("float32", "float64"):
+        check(spectrum(dtype), RUNTIMES["cpu"])
+    check(spectrum("float32"), RUNTIMES["cuda"], "9.0")
     with pytest.raises(UnsupportedError) as e:
-        check(graph, RUNTIMES["cuda"])
-    assert "no kernel for op FFT (node " in str(e.value) and "\n" not in str(e.value)
+        check(spectrum("float64"), RUNTIMES["cuda"], "9.0")
+    assert "dtype float64 not supported (tensor 'x')" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("shape,axes,times", [
+    ((8, 64, 2), [1], 1),          # 2^6
+    ((3, 30, 49, 2), [1, 2], 1),   # 2 3 5 and 7^2
+    ((8, 4099, 2), [1], 8),        # a prime: Bluestein's padding
+    ((4, 22, 2), [0, 1], 8),       # 11 in one of the axes
+])
+def test_gpu_scratch_is_the_data_or_bluesteins_padding(shape, axes, times):
+    x = TensorType(shape)
+    attrs = get_op("FFT").normalize_attrs({"axes": axes})
+    assert get_op("FFT").gpu_scratch([x], [x], attrs) == times * x.nbytes

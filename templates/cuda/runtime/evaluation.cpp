@@ -9,7 +9,7 @@ namespace planner {
 
 CudaEvaluation::CudaEvaluation(const LoadedSchedule& training, char* training_arena,
                                cudaStream_t stream, cudnnHandle_t cudnn, cublasHandle_t cublas,
-                               bool tf32)
+                               bool tf32, FftPlans* fft_plans)
     : loaded_(training, "planner_evaluation_schedule"),
       stream_(stream),
       cudnn_(cudnn),
@@ -35,7 +35,7 @@ CudaEvaluation::CudaEvaluation(const LoadedSchedule& training, char* training_ar
     op_tensors(s, op, &in, &out);
     try {
       Node node{&op, in, out, Attrs(op.attrs), cudnn_, cublas_,
-                std::max<int64_t>(op.scratch_bytes, 0), tf32};
+                std::max<int64_t>(op.scratch_bytes, 0), tf32, fft_plans};
       kernels_[k] = registry().at(op.op)(node);
     } catch (const std::exception& e) {
       throw std::runtime_error(op_failure(op, e.what()));

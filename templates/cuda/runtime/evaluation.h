@@ -19,9 +19,9 @@ class DeviceBlock;
 class CudaEvaluation {
  public:
   // `training_arena`: the device base of the training arena; the stream and the handles bound
-  // to it: the executor's first.
+  // to it: the executor's first; its cuFFT plans (outliving this).
   CudaEvaluation(const LoadedSchedule& training, char* training_arena, cudaStream_t stream,
-                 cudnnHandle_t cudnn, cublasHandle_t cublas, bool tf32);
+                 cudnnHandle_t cudnn, cublasHandle_t cublas, bool tf32, FftPlans* fft_plans);
   ~CudaEvaluation();
 
   const Schedule& schedule() const { return loaded_.get(); }

@@ -215,7 +215,7 @@ void CudaExecutor::create(int k) {
   op_tensors(s, op, &in, &out);
   try {
     Node node{&op, in, out, Attrs(op.attrs), cudnn_[lane_[k]], cublas_[lane_[k]],
-              std::max<int64_t>(op.scratch_bytes, 0), tf32_};
+              std::max<int64_t>(op.scratch_bytes, 0), tf32_, &fft_plans_};
     kernels_[k] = registry().at(op.op)(node);
   } catch (const std::exception& e) {
     throw std::runtime_error(op_failure(op, e.what()));
@@ -227,7 +227,7 @@ CudaEvaluation& CudaExecutor::evaluation() {
   wait_step();  // a failed step is reported as such; the evaluation follows it on stream 0
   if (!evaluation_)
     evaluation_ = std::make_unique<CudaEvaluation>(loaded_, arena_->base(), streams_[0],
-                                                   cudnn_[0], cublas_[0], tf32_);
+                                                   cudnn_[0], cublas_[0], tf32_, &fft_plans_);
   return *evaluation_;
 }
 

@@ -16,6 +16,7 @@
 
 #include "evaluation.h"
 #include "executor_core.h"
+#include "fft_plans.h"
 #include "kernel.h"
 
 namespace planner {
@@ -132,6 +133,9 @@ class CudaExecutor : public ExecutorCore {
   std::unique_ptr<PinnedBlock> host_store_;  // null when the plan offloads nothing
   // Declared before the kernels: their descriptors go first, then the handles.
   CudaResources res_;
+  // cuFFT plans by geometry, shared by the FFT kernels of the step and of the evaluation;
+  // declared before them, so destroyed after them.
+  FftPlans fft_plans_;
   std::vector<cudaStream_t> streams_;      // one per plan stream (one in all when streams=false)
   std::vector<cudnnHandle_t> cudnn_;       // one per stream, bound to it
   std::vector<cublasHandle_t> cublas_;

@@ -29,6 +29,8 @@
 
 namespace planner {
 
+class FftPlans;  // fft_plans.h: the executor's cuFFT plans
+
 // Throw std::runtime_error naming the failed call and the library's message.
 void check_cuda(cudaError_t e, const char* what);
 void check_cudnn(cudnnStatus_t s, const char* what);
@@ -56,6 +58,8 @@ struct Node {
   // Float32 convolutions and GEMMs may use TF32 tensor cores: the plan's math is tf32 and the
   // device is sm_80 or newer (read once by the executor at load). False: float32 FMA math.
   bool tf32;
+  // The executor's cuFFT plans (the FFT kernel takes its geometry's; null: it makes its own).
+  FftPlans* fft_plans = nullptr;
 };
 
 // What a running kernel sees: every tensor's current device address, its scratch area, the
