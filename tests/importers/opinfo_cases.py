@@ -209,7 +209,8 @@ def _grads(op: Any, dtype: str) -> bool:
 
     if not op.supports_autograd:
         return False
-    return dtype == "float32" or getattr(torch, dtype) in op.supported_backward_dtypes("cpu")
+    backward = getattr(op, "supported_backward_dtypes", None)  # (none: a call written by hand)
+    return dtype == "float32" or backward is None or getattr(torch, dtype) in backward("cpu")
 
 
 # ---- one sample -------------------------------------------------------------------------------
@@ -607,9 +608,10 @@ def check_sample(op: Any, sample: Any, seed: int = 0, runs: list[Run] | None = N
     return "pass", ""
 
 
-def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
-    """check_sample of `fn(x, *args, **kwargs)` (a module's op written by hand, not an OpInfo):
-    (status, detail); status "export" when torch cannot export it.
+def check_call(fn: Any, x: Any, *args: Any, dtype: str = "float32", **kwargs: Any
+               ) -> tuple[str, str]:
+    """check_sample of `fn(x, *args, **kwargs)` (a module's op written by hand, not an OpInfo)
+    in the `dtype` sweep: (status, detail); status "export" when torch cannot export it.
 
     >>> import torch
     >>> check_call(torch.tanh, torch.linspace(-2.0, 2.0, 5))
@@ -619,7 +621,8 @@ def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
 
     op = SimpleNamespace(op=fn, supports_autograd=True)
     try:
-        return check_sample(op, SimpleNamespace(input=x, args=args, kwargs=kwargs))
+        return check_sample(op, SimpleNamespace(input=x, args=args, kwargs=kwargs),
+                            dtype=dtype)
     except _Skip as e:
         return "export", str(e)
 
