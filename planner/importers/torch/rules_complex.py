@@ -517,9 +517,11 @@ def as_is(n: NodeCtx) -> Any:
     return _lifted(n, args, n.kwargs)
 
 
-# ops that leave a 0-d tensor as it is along its one implicit dim (dim 0 or -1)
+# ops that leave a 0-d tensor as it is along its one implicit dim (dim 0 or -1; index_select's
+# one valid index there is 0)
 _SCALAR_SAME = ("aten.sum.dim_IntList", "aten.mean.dim", "aten.cumsum.default",
-                "aten.flip.default", "aten.roll.default", "aten.transpose.int")
+                "aten.flip.default", "aten.roll.default", "aten.transpose.int",
+                "aten.index_select.default")
 
 
 @cx_rule(*_DIMS)
