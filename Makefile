@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 PLANNER := $(VENV)/bin/planner
 DEMO_EXTRAS ?= demo
 
-.PHONY: demo test test-all lint bench opinfo opinfo-staged
+.PHONY: demo test test-all lint bench opinfo opinfo-staged opinfo-complex64
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -92,3 +92,13 @@ opinfo: $(VENV)/.installed-test
 # suite; `-m opinfo_full` runs the rest, a group per case.
 opinfo-staged: $(VENV)/.installed-test
 	$(PY) bench/opinfo_sweep.py --jobs 2 --stages matches --write
+
+# The complex64 OpInfos (issue 86): every OpInfo of op_db that supports complex64, its samples
+# drawn in complex64 (complex tensors held and given out as their planes, complex128 torch the
+# reference), on its sample and its held-out reference inputs, then on through every stage;
+# rewrites tests/importers/opinfo_complex64_expectations.json,
+# opinfo_complex64_reference_expectations.json, opinfo_complex64_staged_expectations.json and
+# docs/opinfo-stages.md (its complex64 section).
+opinfo-complex64: $(VENV)/.installed-test
+	$(PY) bench/opinfo_sweep.py --jobs 2 --dtype complex64 --inputs both --write
+	$(PY) bench/opinfo_sweep.py --jobs 2 --dtype complex64 --stages matches --write

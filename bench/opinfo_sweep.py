@@ -6,7 +6,7 @@ counts and the ATen ops refused most often, per input set.
 
     python bench/opinfo_sweep.py [--jobs 2] [--inputs sample|reference|both] [--write]
                                  [--top N] [--stages reference|planned|built|matches]
-                                 [NAME ...]
+                                 [--dtype float32|complex64] [NAME ...]
 
 --write rewrites the input set's expectations file (tests/importers/opinfo_expectations.json,
 opinfo_reference_expectations.json: what tests/importers/test_opinfo.py expects of each
@@ -20,6 +20,11 @@ rerun compiles nothing), run forward and backward against torch (tests/helpers/
 opinfo_stages.py); prints the staged counts and the time per OpInfo. With --write (at
 matches) it rewrites tests/importers/opinfo_staged_expectations.json and docs/opinfo-stages.md:
 `make opinfo-staged`.
+
+--dtype complex64 (issue 86) sweeps the OpInfos that support complex64 instead, their samples
+drawn in complex64, complex tensors held and given out as their planes (tests/importers/
+opinfo_cases.py says how), into the complex64 expectations files (opinfo_complex64_*.json)
+and docs/opinfo-complex64.md: `make opinfo-complex64` runs both input sets and the stages.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.importers.opinfo_cases import (  # noqa: E402
+    DTYPES,
     Expected,
     expectations_json,
     expectations_path,
@@ -59,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         default="reference",
                         help="the last stage: the reference interpreter's check (default), "
                              "or on through planning, the executor's build, its run")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="the dtype the OpInfos' samples are drawn in (default: float32)")
     parser.add_argument("names", nargs="*", help="only these OpInfos (default: all)")
     args = parser.parse_args(argv)
     if args.stages != "reference":
@@ -79,16 +87,17 @@ def _sweep(args: argparse.Namespace, inputs: str) -> None:
         count[0] += 1
         print(f"[{count[0]}] {o.name}: {o.status}", file=sys.stderr, flush=True)
 
-    outcomes = sweep(args.names or None, jobs=args.jobs, progress=progress, inputs=inputs)
+    outcomes = sweep(args.names or None, jobs=args.jobs, progress=progress, inputs=inputs,
+                     dtype=args.dtype)
     seconds = time.perf_counter() - start
-    print(table(outcomes))
+    print(table(outcomes, args.dtype))
     refused = collections.Counter(
         op for o in outcomes if o.status == "refused"
         for op in re.findall(r"(aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+)", o.detail.split(" (node")[0]))
     print(f"\nATen ops refused, by OpInfos they block (top {args.top}):")
     for op, n in refused.most_common(args.top):
         print(f"  {n:>4}  {op}")
-    path = expectations_path(inputs)
+    path = expectations_path(inputs, args.dtype)
     old = load_expectations(path)
     changed = [o.name for o in outcomes if o.name in old and old[o.name].outcome != o.expectation]
     print(f"\n{len(changed)} OpInfos differ from {path.name}"
@@ -98,7 +107,7 @@ def _sweep(args: argparse.Namespace, inputs: str) -> None:
         rows.update({o.name: Expected(o.family, o.expectation) for o in outcomes})
         path.write_text(expectations_json(rows), encoding="utf-8")
         print(f"wrote {path.relative_to(ROOT)}")
-        if inputs == "sample":
+        if inputs == "sample" and args.dtype == "float32":
             from planner.importers.supported_ops import supported_ops_page
 
             (ROOT / "docs" / "supported-ops.md").write_text(supported_ops_page(),
@@ -113,9 +122,10 @@ def _staged(args: argparse.Namespace) -> int:
     """The staged sweep; exit status 1 when a value is off or a stage crashes, at any stage
     (said on stderr too)."""
     from planner.importers.opinfo_stages_page import (
-        STAGED_EXPECTATIONS as EXPECTATIONS,
+        load_expectations,
+        staged_expectations,
+        table,
     )
-    from planner.importers.opinfo_stages_page import load_expectations, table
     from tests.helpers.opinfo_stages import expectations_json, staged_sweep
 
     start = time.perf_counter()
@@ -128,21 +138,22 @@ def _staged(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
 
     outcomes = staged_sweep(args.names or None, jobs=args.jobs, stop=args.stages,
-                            progress=progress)
+                            progress=progress, dtype=args.dtype)
     seconds = time.perf_counter() - start
     rows = {s.name: (s.family, *s.expectation) for s in outcomes}
-    print("\n".join(table(rows)))
-    old = load_expectations()
+    print("\n".join(table(rows, args.dtype)))
+    expectations = staged_expectations(args.dtype)
+    old = load_expectations(expectations)
     changed = [n for n in rows if n in old and old[n] != rows[n]]
-    print(f"\n{len(changed)} OpInfos differ from {EXPECTATIONS.name}"
+    print(f"\n{len(changed)} OpInfos differ from {expectations.name}"
           + (f": {', '.join(changed[:40])}" if changed else ""))
     if args.write:
         kept = dict(old) if args.names else {}  # a subset updates its rows only
-        EXPECTATIONS.write_text(expectations_json(kept | rows), encoding="utf-8")
+        expectations.write_text(expectations_json(kept | rows), encoding="utf-8")
         from planner.importers.opinfo_stages_page import opinfo_stages_page
 
         (ROOT / "docs" / "opinfo-stages.md").write_text(opinfo_stages_page(), encoding="utf-8")
-        print(f"wrote {EXPECTATIONS.relative_to(ROOT)} and docs/opinfo-stages.md")
+        print(f"wrote {expectations.relative_to(ROOT)} and docs/opinfo-stages.md")
     load = os.getloadavg()
     per = sorted(s.seconds for s in outcomes)
     print(f"({seconds:.0f} s on {args.jobs} processes for {len(outcomes)} OpInfos: "

@@ -2,7 +2,9 @@
 (tests/importers/opinfo_staged_expectations.json, written by `make opinfo-staged`): how many of
 PyTorch's float32 OpInfos reach each stage of the pipeline, exported, imported, planned, built
 and matching torch on the CPU executor, and the expected-failure list (each OpInfo that stops
-short, with the stage and the line), as PyTorch's Inductor keeps one.
+short, with the stage and the line), as PyTorch's Inductor keeps one; then the same of the
+complex64 OpInfos (opinfo_complex64_staged_expectations.json, `make opinfo-complex64`), with
+the reference stage's counts on their sample and held-out reference inputs.
 `python -m planner.importers.opinfo_stages_page -o docs/opinfo-stages.md` writes it;
 tests/codegen/test_opinfo_stages.py checks that the file is current.
 
@@ -18,10 +20,18 @@ from pathlib import Path
 # The stages an OpInfo goes through, in order; it is classified by the last it reaches
 # (tests/helpers/opinfo_stages.py says what each means).
 STAGES = ("op_db", "exportable", "imported", "planned", "built", "matches")
-STAGED_EXPECTATIONS = (Path(__file__).resolve().parents[2] / "tests" / "importers"
-                       / "opinfo_staged_expectations.json")
+EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "tests" / "importers"
+STAGED_EXPECTATIONS = EXPECTATIONS_DIR / "opinfo_staged_expectations.json"
+
+
+def staged_expectations(dtype: str = "float32") -> Path:
+    """The staged expectations file of the `dtype` sweep (float32, complex64)."""
+    return STAGED_EXPECTATIONS if dtype == "float32" else \
+        EXPECTATIONS_DIR / f"opinfo_{dtype}_staged_expectations.json"
+
+
 STAGE_WORDS = {
-    "op_db": "float32 OpInfos in op_db",
+    "op_db": "OpInfos in op_db",
     "exportable": "exportable by torch.export",
     "imported": "imported, forward and backward equal to torch on the reference interpreter",
     "planned": "planned for the host",
@@ -37,16 +47,17 @@ def load_expectations(path: Path = STAGED_EXPECTATIONS) -> dict[str, tuple[str, 
     return {n: tuple(row) for n, row in json.loads(path.read_text(encoding="utf-8")).items()}
 
 
-def table(rows: dict[str, tuple[str, str, str]]) -> list[str]:
-    """The staged counts: OpInfos reaching each stage (of the exportable ones, in percent),
-    the silently wrong and crashing ones named; then per family."""
+def table(rows: dict[str, tuple[str, str, str]], dtype: str = "float32") -> list[str]:
+    """The staged counts of the `dtype` sweep: OpInfos reaching each stage (of the exportable
+    ones, in percent), the silently wrong and crashing ones named; then per family."""
     reached = {s: sum(STAGES.index(r[1]) >= k for r in rows.values())
                for k, s in enumerate(STAGES)}
     n = max(reached["exportable"], 1)
     wrong = sorted(name for name, r in rows.items() if r[2].startswith("wrong:"))
     crash = sorted(name for name, r in rows.items() if r[2].startswith("crash:"))
     lines = ["| stage | OpInfos reaching it |", "| --- | --- |",
-             *(f"| {STAGE_WORDS[s]} | {reached[s]} |" for s in STAGES[:2]),
+             f"| {dtype} {STAGE_WORDS['op_db']} | {reached['op_db']} |",
+             f"| {STAGE_WORDS['exportable']} | {reached['exportable']} |",
              *(f"| {STAGE_WORDS[s]} | {reached[s]} ({100 * reached[s] / n:.0f}%) |"
                for s in STAGES[2:])]
     lines += [f"| silently wrong on the executor | {len(wrong)}"
@@ -110,7 +121,46 @@ def opinfo_stages_page(path: Path = STAGED_EXPECTATIONS) -> str:
     lines += expected_failures(rows)
     lines += ["", f"Not exportable by torch.export ({len(unexported)}): "
               + ", ".join(f"`{n}`" for n in unexported) + "."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _complex64_section()) + "\n"
+
+
+def _complex64_section() -> list[str]:
+    """The complex64 sweep's counts and expected failures ([] before its first run)."""
+    rows = load_expectations(staged_expectations("complex64"))
+    if not rows:
+        return []
+    unexported = sorted(n for n, r in rows.items() if r[1] == "op_db")
+    lines = ["", "## complex64", "",
+             "The same for each OpInfo of `op_db` that supports complex64, its samples drawn in",
+             "complex64 (`make opinfo-complex64`: bench/opinfo_sweep.py --dtype complex64,",
+             "tests/importers/opinfo_complex64_*expectations.json). The planner's tensors are",
+             "real: each complex argument is a parameter of its planes (a trailing dim of 2,",
+             "`view_as_real`'s layout) that the module views as complex, and each complex result",
+             "is given out as its planes (docs/front-end.md, \"Complex tensors and the DFT\"). The",
+             "gradients of the planes, for real random cotangents of the result's planes, are",
+             "held to the view_as_real of torch's complex128 gradients (conjugate Wirtinger",
+             "calculus, as torch's own autograd gives them), to the same tolerance, torch's",
+             "complex64 run giving its float32 noise.", ""]
+    lines += table(rows, "complex64")
+    lines += ["", *_reference_stage("complex64"), "", "### Expected failures (complex64)", ""]
+    lines += expected_failures(rows)
+    return lines + ["", f"Not exportable by torch.export ({len(unexported)}): "
+                    + ", ".join(f"`{n}`" for n in unexported) + "."]
+
+
+def _reference_stage(dtype: str) -> list[str]:
+    """The reference interpreter's counts of the `dtype` sweep on both input sets."""
+    lines = ["| reference interpreter | exportable | forward and backward equal to torch |",
+             "| --- | --- | --- |"]
+    for inputs, name in (("sample inputs (3)", "opinfo_{}_expectations.json"),
+                         ("held-out reference inputs (8)",
+                          "opinfo_{}_reference_expectations.json")):
+        path = EXPECTATIONS_DIR / name.format(dtype)
+        if path.exists():
+            rows = [row[1] for row in json.loads(path.read_text(encoding="utf-8")).values()]
+            tried = [r for r in rows if r not in ("export", "none")]
+            lines.append(f"| {inputs} | {len(tried)} | {tried.count('pass')} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

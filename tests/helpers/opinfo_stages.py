@@ -28,6 +28,11 @@ has no ops (clone, contiguous: views and copies folded to their inputs) is plann
 group's graph, or, where nothing beside it has ops, beside a one-Relu `carrier` part: `plan`
 refuses a graph of no nodes, a limit of a whole model rather than of the op.
 
+The complex64 sweep (`dtype="complex64"`): the OpInfos supporting complex64, their samples in
+complex64, each complex tensor a parameter of its planes and each complex result given out as
+its planes (opinfo_cases' module docstring): the executor runs real tensors only, and its
+planes' gradients are held to the view_as_real of torch's complex128 ones.
+
 Tolerance: the reference stage's (opinfo_cases.compare: 10 x torch's float32 noise plus 16
 float32 ulps of the tensor's scale), of the executor's outputs and gradients against torch's
 float64 values; a random op's (or `empty`'s) shapes only.
@@ -74,7 +79,8 @@ class Staged:
 
 # ---- the executor sample ----------------------------------------------------------------------
 
-def executor_sample(op: Any, name: str, family: str) -> tuple[Staged | None, Any]:
+def executor_sample(op: Any, name: str, family: str, dtype: str = "float32"
+                    ) -> tuple[Staged | None, Any]:
     """The OpInfo's first sample (of opinfo_cases.SAMPLES) that imports and matches torch on the
     reference interpreter, as (None, (index, opinfo_cases.Run)); or (its Staged, None) when none
     does: at op_db when none exports, else at exportable with the first failing sample's line."""
@@ -83,13 +89,14 @@ def executor_sample(op: Any, name: str, family: str) -> tuple[Staged | None, Any
     failed = ""
     exported = False
     try:
-        samples = list(_first(_seeded(op), SAMPLES))
+        samples = list(_first(_seeded(op, "sample", dtype), SAMPLES))
     except Exception as e:  # the OpInfo's own sample generator fails on this torch
         return Staged(name, family, "op_db", f"export: sample inputs: {type(e).__name__}"), None
     for k, sample in enumerate(samples):
         runs: list = []
         try:
-            status, detail = check_sample(op, sample, seed=k, runs=runs, random_runs=True)
+            status, detail = check_sample(op, sample, seed=k, runs=runs, random_runs=True,
+                                          dtype=dtype)
         except _Skip:
             continue
         exported = True
@@ -189,21 +196,22 @@ def _graph_of(package: Any) -> Any:
 # ---- a group ----------------------------------------------------------------------------------
 
 def stage_group(names: Sequence[str], stop: str = "matches", ops: dict[str, Any] | None = None,
-                mark: Callable[[str, str], None] = lambda name, stage: None) -> list[Staged]:
-    """Every stage up to `stop` (planned, built or matches) of the OpInfos `names`, their
-    executor samples merged into one package (module docstring). `mark(name, stage)` is
-    called as an OpInfo reaches imported and built: where a signal kills the process, the
-    sweep knows the last stage reached."""
+                mark: Callable[[str, str], None] = lambda name, stage: None,
+                dtype: str = "float32") -> list[Staged]:
+    """Every stage up to `stop` (planned, built or matches) of the OpInfos `names` of the
+    `dtype` sweep, their executor samples merged into one package (module docstring).
+    `mark(name, stage)` is called as an OpInfo reaches imported and built: where a signal
+    kills the process, the sweep knows the last stage reached."""
     from tests.importers.opinfo_cases import by_name, family_of
 
-    ops = ops if ops is not None else by_name()
+    ops = ops if ops is not None else by_name(dtype)
     done: dict[str, Staged] = {}
     plans: dict[str, tuple[Any, Any]] = {}  # name -> (Run, plan) of those planned
     timed: dict[str, float] = {}
     for name in names:
         start = time.perf_counter()
         family = family_of(name, type(ops[name]).__name__)
-        early, chosen = executor_sample(ops[name], name, family)
+        early, chosen = executor_sample(ops[name], name, family, dtype)
         if early is None:
             k, run = chosen
             mark(name, "imported")
@@ -324,47 +332,48 @@ def _reached(name: str, family: str, k: int, bad: str, stop: str, seconds: float
 
 # ---- the sweep --------------------------------------------------------------------------------
 
-def groups(names: Sequence[str], size: int = GROUP) -> list[list[str]]:
-    """`names` in op_db's fixed groups: consecutive runs of `size` of all float32 OpInfos by
-    name, each cut to the names asked for (so that a group's package is the same whichever
-    subset is swept)."""
+def groups(names: Sequence[str], size: int = GROUP, dtype: str = "float32") -> list[list[str]]:
+    """`names` in op_db's fixed groups: consecutive runs of `size` of all OpInfos of the `dtype`
+    sweep by name, each cut to the names asked for (so that a group's package is the same
+    whichever subset is swept)."""
     from tests.importers.opinfo_cases import by_name
 
-    every = sorted(by_name())
+    every = sorted(by_name(dtype))
     wanted = set(names)
     cut = [[n for n in every[k:k + size] if n in wanted] for k in range(0, len(every), size)]
     return [g for g in cut if g]
 
 
 def staged_sweep(names: Sequence[str] | None = None, jobs: int = 1, stop: str = "matches",
-                 progress: Callable[[Staged], None] | None = None) -> list[Staged]:
-    """stage_group of every OpInfo (or those named), a group at a time, on `jobs` worker
-    processes (`python -m tests.helpers.opinfo_stages STOP`: a group a line in, a Staged a
-    line out). A worker that dies (a signal inside the executor) or goes TIMEOUT seconds without
-    an answer has its unanswered group split into single OpInfos, tried again each in a new
-    worker; a lone OpInfo that does so is a crash at the last stage the worker marked it at
-    (stage_group's `mark`: exportable, imported or built). `progress(staged)` as each
-    finishes."""
+                 progress: Callable[[Staged], None] | None = None,
+                 dtype: str = "float32") -> list[Staged]:
+    """stage_group of every OpInfo of the `dtype` sweep (or those named), a group at a time, on
+    `jobs` worker processes (`python -m tests.helpers.opinfo_stages STOP DTYPE`: a group a line
+    in, a Staged a line out). A worker that dies (a signal inside the executor) or goes
+    TIMEOUT seconds without an answer has its unanswered group split into single OpInfos,
+    tried again each in a new worker; a lone OpInfo that does so is a crash at the last stage
+    the worker marked it at (stage_group's `mark`: exportable, imported or built).
+    `progress(staged)` as each finishes."""
     from tests.importers.opinfo_cases import by_name, family_of, in_threads
 
-    ops = by_name()
+    ops = by_name(dtype)
     names = sorted(ops) if names is None else sorted(names)
     families = {n: family_of(n, type(ops[n]).__name__) for n in names}
-    work = groups(names)
+    work = groups(names, dtype=dtype)
     shards = [work[k::max(jobs, 1)] for k in range(max(jobs, 1))]
-    done = in_threads(shards, lambda shard, record: _run_shard(shard, families, record, stop),
-                      progress)
+    done = in_threads(shards, lambda shard, record: _run_shard(shard, families, record,
+                                                               [stop, dtype]), progress)
     return [done[n] for n in names]
 
 
 def _run_shard(pending: list[list[str]], families: dict[str, str],
-               record: Callable[[Staged], None], stop: str) -> None:
+               record: Callable[[Staged], None], args: list[str]) -> None:
     import subprocess
     import threading
 
     root = Path(__file__).resolve().parents[2]
     while pending:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.opinfo_stages", stop],
+        proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.opinfo_stages", *args],
                                 cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -399,16 +408,18 @@ def _run_shard(pending: list[list[str]], families: dict[str, str],
 
 
 def _worker() -> None:
-    """The worker: the last stage as its argument, a group of OpInfo names a line on stdin,
-    one Staged as JSON a line on stdout (a group's at once, when it is done), and before
-    them its marks, `~ NAME STAGE` lines (stage_group's `mark`)."""
-    stop = sys.argv[1] if len(sys.argv) > 1 else "matches"
-    if stop not in STAGES[3:]:
-        raise SystemExit(f"stage {stop!r} is not one of {', '.join(STAGES[3:])}")
-    from tests.importers.opinfo_cases import by_name
+    """The worker: the last stage and the dtype as its arguments, a group of OpInfo names a
+    line on stdin, one Staged as JSON a line on stdout (a group's at once, when it is done),
+    and before them its marks, `~ NAME STAGE` lines (stage_group's `mark`)."""
+    from tests.importers.opinfo_cases import DTYPES, by_name
 
+    stop = sys.argv[1] if len(sys.argv) > 1 else "matches"
+    dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
+    if stop not in STAGES[3:] or dtype not in DTYPES:
+        raise SystemExit(f"stage {stop!r} is not one of {', '.join(STAGES[3:])}, or dtype "
+                         f"{dtype!r} not one of {', '.join(DTYPES)}")
     out, sys.stdout = sys.stdout, sys.stderr  # what torch prints does not mix with the answers
-    ops = by_name()
+    ops = by_name(dtype)
 
     def mark(name: str, stage: str) -> None:
         out.write(f"~ {name} {stage}\n")
@@ -416,7 +427,7 @@ def _worker() -> None:
 
     for line in sys.stdin:
         if line.split():
-            for s in stage_group(line.split(), stop, ops, mark):
+            for s in stage_group(line.split(), stop, ops, mark, dtype):
                 out.write(json.dumps(asdict(s)) + "\n")
             out.flush()
 

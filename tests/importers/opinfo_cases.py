@@ -36,6 +36,17 @@ Outcome of an OpInfo, over its samples that torch can export:
     wrong    imported and ran, but a value is off (silently wrong);
     crash    any other exception (an IndexError, numpy's) instead of a one-line refusal.
 Its `expectation` is the line tests/importers/opinfo_expectations.json holds for it.
+
+The complex64 sweep (`dtype="complex64"`, issue 86): each OpInfo supporting complex64, its
+samples drawn in complex64. A complex argument is held as a real parameter of its planes
+([..., 2], torch.view_as_real's layout) that the module views as complex in forward (what the
+importer asks of a user's complex weight: convert refuses a trained complex parameter), and a
+complex result is given out as its planes (convert's `complex_outputs`). The gradient of the
+planes for the planes' real random cotangent is torch's conjugate-Wirtinger one: torch's own run
+of the module differentiates through view_as_complex and view_as_real, so the reference is the
+view_as_real of torch's complex128 gradient (and its complex64 run the noise), compared as
+above. Its expectations are tests/importers/opinfo_complex64_expectations.json and
+opinfo_complex64_reference_expectations.json.
 """
 
 from __future__ import annotations
@@ -60,11 +71,15 @@ UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 EPS32 = float(np.finfo(np.float32).eps)
 EXPECTATIONS = Path(__file__).with_name("opinfo_expectations.json")
 REFERENCE_EXPECTATIONS = Path(__file__).with_name("opinfo_reference_expectations.json")
+# The sweeps, by the dtype their samples are drawn in (module docstring).
+DTYPES = ("float32", "complex64")
 
 
-def expectations_path(inputs: str = "sample") -> Path:
-    """The expectations file of an input set."""
-    return EXPECTATIONS if inputs == "sample" else REFERENCE_EXPECTATIONS
+def expectations_path(inputs: str = "sample", dtype: str = "float32") -> Path:
+    """The expectations file of an input set of the `dtype` sweep."""
+    path = EXPECTATIONS if inputs == "sample" else REFERENCE_EXPECTATIONS
+    return path if dtype == "float32" else path.with_name(
+        path.name.replace("opinfo_", f"opinfo_{dtype}_", 1))
 MAX_LINE = 300  # an expectation line is cut here: a refusal names the op in its first words
 
 # Family of an OpInfo: the first row whose test holds (name prefixes, exact names, OpInfo
@@ -175,16 +190,27 @@ def full_name(op: Any) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def opinfos() -> list[Any]:
-    """The OpInfos of op_db that support float32 on the CPU, by full name."""
+def opinfos(dtype: str = "float32") -> list[Any]:
+    """The OpInfos of op_db that support `dtype` (float32, complex64) on the CPU."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
-    return [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+    return [op for op in op_db if getattr(torch, dtype) in op.supported_dtypes("cpu")]
 
 
-def by_name() -> dict[str, Any]:
-    return {full_name(op): op for op in opinfos()}
+def by_name(dtype: str = "float32") -> dict[str, Any]:
+    return {full_name(op): op for op in opinfos(dtype)}
+
+
+def _grads(op: Any, dtype: str) -> bool:
+    """Does the check differentiate the OpInfo in the `dtype` sweep (a complex64 one only where
+    torch's backward supports complex64)?"""
+    import torch
+
+    if not op.supports_autograd:
+        return False
+    backward = getattr(op, "supported_backward_dtypes", None)  # (none: a call written by hand)
+    return dtype == "float32" or backward is None or getattr(torch, dtype) in backward("cpu")
 
 
 # ---- one sample -------------------------------------------------------------------------------
@@ -206,18 +232,24 @@ def _planner_errors() -> tuple[type, ...]:
             OnnxImportError, UserError, PlanError)
 
 
-def _module(op: Any, sample: Any, dtype: Any, grads: bool) -> tuple[Any, list[str]]:
+def _module(op: Any, sample: Any, dtype: Any, grads: bool, planes: bool = False
+            ) -> tuple[Any, list[str]]:
     """An nn.Module calling `op` on `sample` with its tensors in `dtype` (floats; others as
     they are): float tensors are parameters p0, p1, ... (requiring grad when `grads`), other
-    tensors buffers b0, ...; returns it and its parameter names."""
+    tensors buffers b0, ...; returns it and its parameter names. With `planes` (the complex64
+    sweep), a complex tensor is a parameter too, of its planes in `dtype`, viewed as complex
+    (complex64 from float32, complex128 from float64) in forward."""
     import torch
     from torch.utils import _pytree as pytree
 
     leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+    viewed = {k for k, v in enumerate(leaves)
+              if planes and isinstance(v, torch.Tensor) and v.is_complex()}
 
     class Op(torch.nn.Module):
         def forward(self) -> Any:
-            own = [getattr(self, n) if n else v for n, v in zip(names, leaves, strict=True)]
+            own = [(torch.view_as_complex(getattr(self, n)) if k in viewed else getattr(self, n))
+                   if n else v for k, (n, v) in enumerate(zip(names, leaves, strict=True))]
             x, args, kwargs = pytree.tree_unflatten(own, spec)
             out = op.op(x, *args, **kwargs)
             return tuple(t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
@@ -225,14 +257,15 @@ def _module(op: Any, sample: Any, dtype: Any, grads: bool) -> tuple[Any, list[st
     m = Op()
     names: list[str] = []
     params: list[str] = []
-    for v in leaves:
+    for k, v in enumerate(leaves):
         if not isinstance(v, torch.Tensor):
             names.append("")
-        elif v.is_floating_point():
+        elif v.is_floating_point() or k in viewed:
             names.append(f"p{len(params)}")
             params.append(names[-1])
+            value = torch.view_as_real(v.detach().resolve_conj()) if k in viewed else v.detach()
             m.register_parameter(names[-1], torch.nn.Parameter(
-                v.detach().to(dtype).clone(), requires_grad=grads))
+                value.to(dtype).clone(), requires_grad=grads))
         else:
             names.append(f"b{sum(n.startswith('b') for n in names)}")
             m.register_buffer(names[-1], v.detach().clone())
@@ -245,13 +278,15 @@ def pytree_leaves(tree: Any) -> list[Any]:
     return pytree.tree_leaves(tree)
 
 
-def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequence[Any] | None
+def _torch_run(op: Any, sample: Any, dtype: Any, grads: bool, cotangents: Sequence[Any] | None,
+               planes: bool = False
                ) -> tuple[list[np.ndarray], dict[str, np.ndarray], list[bool]]:
     """torch's outputs in `dtype`, its gradients with respect to each parameter for the
-    cotangents (None: zeros where no gradient reaches), and which outputs are differentiable."""
+    cotangents (None: zeros where no gradient reaches), and which outputs are differentiable
+    (`planes`: _module's)."""
     import torch
 
-    m, params = _module(op, sample, dtype, grads)
+    m, params = _module(op, sample, dtype, grads, planes)
     # a factory's float result (a window, linspace without a dtype) takes the default dtype:
     # float64 in the float64 run, whose values are then the exact answer too
     default = torch.get_default_dtype()
@@ -305,13 +340,13 @@ def _autograd_known_wrong(op: Any) -> bool:
 
 
 def _finite_difference(op: Any, sample: Any, param: str, cotangents: Sequence[Any],
-                       limit: int = 4096) -> np.ndarray | None:
+                       limit: int = 4096, planes: bool = False) -> np.ndarray | None:
     """The vector-Jacobian product for `param` by central differences of torch's float64
     forward (None past `limit` elements): the reference where torch's backward is known
     wrong."""
     import torch
 
-    m, _ = _module(op, sample, torch.float64, False)
+    m, _ = _module(op, sample, torch.float64, False, planes)
     p = getattr(m, param)
     if p.numel() > limit:
         return None
@@ -374,18 +409,18 @@ def compare(what: str, ours: np.ndarray, t32: np.ndarray, t64: np.ndarray,
     return ""
 
 
-def _seeded(op: Any, inputs: str = "sample") -> Any:
-    """The OpInfo's sample inputs (float32, CPU), from a seed of its name: the same values on
-    every run; `inputs="reference"`: its held-out reference inputs (held_out)."""
+def _seeded(op: Any, inputs: str = "sample", dtype: str = "float32") -> Any:
+    """The OpInfo's sample inputs (in `dtype`, CPU), from a seed of its name: the same values
+    on every run; `inputs="reference"`: its held-out reference inputs (held_out)."""
     import torch
 
     torch.manual_seed(zlib.crc32(full_name(op).encode()))
     if inputs == "reference":
-        return held_out(op)
-    return op.sample_inputs("cpu", torch.float32, requires_grad=op.supports_autograd)
+        return held_out(op, dtype)
+    return op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=_grads(op, dtype))
 
 
-def held_out(op: Any) -> Iterator[Any]:
+def held_out(op: Any, dtype: str = "float32") -> Iterator[Any]:
     """The OpInfo's reference inputs past those equal to its sample inputs: reference_inputs
     funcs mostly repeat sample_inputs first (the same values from the same seed), then add
     their own; none when the OpInfo has no reference_inputs_func. Without requires_grad: some
@@ -397,9 +432,10 @@ def held_out(op: Any) -> Iterator[Any]:
         return
     seed = zlib.crc32(full_name(op).encode())
     torch.manual_seed(seed)
-    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    samples = list(op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=False))
     torch.manual_seed(seed)
-    for k, ref in enumerate(op.reference_inputs("cpu", torch.float32, requires_grad=False)):
+    for k, ref in enumerate(op.reference_inputs("cpu", getattr(torch, dtype),
+                                                requires_grad=False)):
         if k < len(samples) and _same_sample(ref, samples[k]):
             continue
         samples = []  # past the repeated prefix
@@ -452,24 +488,25 @@ class Run:
 
 
 def check_sample(op: Any, sample: Any, seed: int = 0, runs: list[Run] | None = None,
-                 random_runs: bool = False) -> tuple[str, str]:
+                 random_runs: bool = False, dtype: str = "float32") -> tuple[str, str]:
     """One sample: (status, detail) as in the module docstring, status never "export" but
     raising _Skip when torch cannot export it. A passing sample whose values are compared (not
     a random op's, unless `random_runs`: then with `values` False) is appended to `runs` when
-    given."""
+    given. `dtype`: the sweep's (complex64: its complex tensors as planes, module docstring)."""
     import torch
 
     from planner.frontend.autodiff import gradients
     from planner.graph.interpret import run
     from planner.importers.torch.convert import convert
 
-    grads = bool(op.supports_autograd)
+    grads = _grads(op, dtype)
+    planes = dtype != "float32"
     leaves = pytree_leaves((sample.input, sample.args, sample.kwargs))
     if any(isinstance(v, torch.Tensor) and v.layout != torch.strided for v in leaves):
         # torch.export aborts the process on sparse tensors (a c10::Error in autograd's
         # input metadata), which is torch's own limit
         raise _Skip("sparse tensors")
-    module, params = _module(op, sample, torch.float32, grads)
+    module, params = _module(op, sample, torch.float32, grads, planes)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -535,8 +572,8 @@ def check_sample(op: Any, sample: Any, seed: int = 0, runs: list[Run] | None = N
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            o32, g32, _ = _torch_run(op, sample, torch.float32, grads, cotangents)
-            o64, g64, _ = _torch_run(op, sample, torch.float64, grads, cotangents)
+            o32, g32, _ = _torch_run(op, sample, torch.float32, grads, cotangents, planes)
+            o64, g64, _ = _torch_run(op, sample, torch.float64, grads, cotangents, planes)
     except Exception as e:  # torch's own backward fails (a reference input's broadcast clamp)
         raise _Skip(f"torch's own run: {type(e).__name__}: "
                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
@@ -558,7 +595,7 @@ def check_sample(op: Any, sample: Any, seed: int = 0, runs: list[Run] | None = N
                 continue
             bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
             if bad and _autograd_known_wrong(op):
-                fd = _finite_difference(op, sample, p, cotangents)
+                fd = _finite_difference(op, sample, p, cotangents, planes=planes)
                 if fd is not None:  # the reference of this gradient, the executor's too
                     g32[p], g64[p] = fd.astype(np.float32), fd
                     bad = compare(f"gradient of {p}", np.asarray(mine), g32[p], g64[p])
@@ -571,9 +608,10 @@ def check_sample(op: Any, sample: Any, seed: int = 0, runs: list[Run] | None = N
     return "pass", ""
 
 
-def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
-    """check_sample of `fn(x, *args, **kwargs)` (a module's op written by hand, not an OpInfo):
-    (status, detail); status "export" when torch cannot export it.
+def check_call(fn: Any, x: Any, *args: Any, dtype: str = "float32", **kwargs: Any
+               ) -> tuple[str, str]:
+    """check_sample of `fn(x, *args, **kwargs)` (a module's op written by hand, not an OpInfo)
+    in the `dtype` sweep: (status, detail); status "export" when torch cannot export it.
 
     >>> import torch
     >>> check_call(torch.tanh, torch.linspace(-2.0, 2.0, 5))
@@ -583,16 +621,17 @@ def check_call(fn: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
 
     op = SimpleNamespace(op=fn, supports_autograd=True)
     try:
-        return check_sample(op, SimpleNamespace(input=x, args=args, kwargs=kwargs))
+        return check_sample(op, SimpleNamespace(input=x, args=args, kwargs=kwargs),
+                            dtype=dtype)
     except _Skip as e:
         return "export", str(e)
 
 
 def check_opinfo(op: Any, samples: int | None = None, runs: list[Run] | None = None,
-                 inputs: str = "sample") -> Outcome:
+                 inputs: str = "sample", dtype: str = "float32") -> Outcome:
     """The outcome of one OpInfo over its first `samples` samples of the input set `inputs`
-    (module docstring; SAMPLES sample inputs, REFERENCE_SAMPLES held-out reference inputs);
-    its passing samples are appended to `runs` when given (check_sample)."""
+    (module docstring; SAMPLES sample inputs, REFERENCE_SAMPLES held-out reference inputs) in
+    the `dtype` sweep; its passing samples are appended to `runs` when given (check_sample)."""
     if samples is None:
         samples = SAMPLES if inputs == "sample" else REFERENCE_SAMPLES
     name, family = full_name(op), family_of(full_name(op), type(op).__name__)
@@ -600,7 +639,7 @@ def check_opinfo(op: Any, samples: int | None = None, runs: list[Run] | None = N
     first_skip = ""
     results: list[tuple[str, str]] = []
     try:
-        chosen = list(_first(_seeded(op, inputs), samples))
+        chosen = list(_first(_seeded(op, inputs, dtype), samples))
     except Exception as e:  # the OpInfo's own sample generator fails on this torch
         return Outcome(name, family, "export", f"{inputs} inputs: {type(e).__name__}: {e}")
     if not chosen and inputs == "reference":
@@ -608,7 +647,7 @@ def check_opinfo(op: Any, samples: int | None = None, runs: list[Run] | None = N
     for k, sample in enumerate(chosen):
         tried += 1
         try:
-            status, detail = check_sample(op, sample, seed=k, runs=runs)
+            status, detail = check_sample(op, sample, seed=k, runs=runs, dtype=dtype)
         except _Skip as e:
             first_skip = first_skip or f"sample {k}: {e}"
             continue
@@ -631,9 +670,9 @@ def _first(it: Iterable[Any], n: int) -> Iterator[Any]:
         yield v
 
 
-def check_named(name: str, inputs: str = "sample") -> Outcome:
+def check_named(name: str, inputs: str = "sample", dtype: str = "float32") -> Outcome:
     """check_opinfo of the OpInfo named `name` (a pool worker's task)."""
-    return check_opinfo(by_name()[name], inputs=inputs)
+    return check_opinfo(by_name(dtype)[name], inputs=inputs, dtype=dtype)
 
 
 # ---- the sweep and its table ------------------------------------------------------------------
@@ -642,18 +681,19 @@ TIMEOUT = 600.0  # seconds without a finished OpInfo before its worker is taken 
 
 
 def sweep(names: Sequence[str] | None = None, jobs: int = 1,
-          progress: Any = None, inputs: str = "sample") -> list[Outcome]:
-    """check_opinfo of every OpInfo (or those named) on the input set `inputs`, in name order,
-    on `jobs` worker processes (`python -m tests.importers.opinfo_cases INPUTS`, an OpInfo a
-    line in, an Outcome a line out). An OpInfo whose worker dies (a signal inside torch) or
-    goes TIMEOUT seconds without an answer is a crash; a new worker takes the rest.
+          progress: Any = None, inputs: str = "sample", dtype: str = "float32") -> list[Outcome]:
+    """check_opinfo of every OpInfo of the `dtype` sweep (or those named) on the input set
+    `inputs`, in name order, on `jobs` worker processes (`python -m tests.importers.opinfo_cases
+    INPUTS DTYPE`, an OpInfo a line in, an Outcome a line out). An OpInfo whose worker dies
+    (a signal inside torch) or goes TIMEOUT seconds without an answer is a crash; a new worker
+    takes the rest.
     `progress(outcome)` is called as each one finishes."""
-    ops = by_name()
+    ops = by_name(dtype)
     names = sorted(ops) if names is None else sorted(names)
     families = {n: family_of(n, type(ops[n]).__name__) for n in names}
     shards = [names[k::max(jobs, 1)] for k in range(max(jobs, 1))]
-    done = in_threads(shards, lambda shard, record: _run_shard(shard, families, record, inputs),
-                      progress)
+    done = in_threads(shards, lambda shard, record: _run_shard(shard, families, record,
+                                                               [inputs, dtype]), progress)
     return [done[n] for n in names]
 
 
@@ -681,7 +721,8 @@ def in_threads(shards: Sequence[Any], run: Callable[[Any, Callable[[Any], None]]
     return done
 
 
-def _run_shard(names: list[str], families: dict[str, str], record: Any, inputs: str) -> None:
+def _run_shard(names: list[str], families: dict[str, str], record: Any,
+               args: list[str]) -> None:
     import subprocess
     import sys
     import threading
@@ -689,7 +730,7 @@ def _run_shard(names: list[str], families: dict[str, str], record: Any, inputs: 
     root = Path(__file__).resolve().parents[2]
     pending = list(names)
     while pending:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.importers.opinfo_cases", inputs],
+        proc = subprocess.Popen([sys.executable, "-m", "tests.importers.opinfo_cases", *args],
                                 cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -716,18 +757,20 @@ def _run_shard(names: list[str], families: dict[str, str], record: Any, inputs: 
 
 
 def _worker() -> None:
-    """The worker: the input set as its argument, OpInfo names on stdin, one Outcome as JSON
-    a line on stdout."""
+    """The worker: the input set and the dtype as its arguments, OpInfo names on stdin, one
+    Outcome as JSON a line on stdout."""
     import dataclasses
     import sys
 
     inputs = sys.argv[1] if len(sys.argv) > 1 else "sample"
-    if inputs not in INPUTS:
-        raise SystemExit(f"inputs {inputs!r} is not one of {', '.join(INPUTS)}")
+    dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
+    if inputs not in INPUTS or dtype not in DTYPES:
+        raise SystemExit(f"inputs {inputs!r} is not one of {', '.join(INPUTS)}, or dtype "
+                         f"{dtype!r} not one of {', '.join(DTYPES)}")
     out, sys.stdout = sys.stdout, sys.stderr  # what torch prints does not mix with the answers
-    ops = by_name()
+    ops = by_name(dtype)
     for name in sys.stdin.read().split():
-        o = check_opinfo(ops[name], inputs=inputs)
+        o = check_opinfo(ops[name], inputs=inputs, dtype=dtype)
         out.write(json.dumps(dataclasses.asdict(o)) + "\n")
         out.flush()
 
@@ -776,7 +819,7 @@ def fast_subset(expected: dict[str, Expected], per_family: int = FAST_PER_FAMILY
     return chosen
 
 
-def table(outcomes: Sequence[Outcome]) -> str:
+def table(outcomes: Sequence[Outcome], dtype: str = "float32") -> str:
     """The issue's table: OpInfos exportable, imported on every sample, equal to torch forward
     and backward, silently wrong, crashing; then clean/tried per family (tried: exportable,
     with held-out inputs for the reference set)."""
@@ -790,7 +833,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
     wrong = [o.name for o in tried if o.status == "wrong"]
     crash = [o.name for o in tried if o.status == "crash"]
     lines = ["| | OpInfos |", "| --- | --- |",
-             f"| float32 OpInfos in op_db | {len(outcomes)} |",
+             f"| {dtype} OpInfos in op_db | {len(outcomes)} |",
              *([f"| with held-out reference inputs | "
                 f"{sum(o.status != 'none' for o in outcomes)} |"]
                if any(o.status == "none" for o in outcomes) else []),

@@ -11,6 +11,12 @@ sweep is marked `opinfo_full`, which runs only when asked for (`-m opinfo_full`)
 The same holds for each OpInfo's held-out reference inputs (up to 8 of its `reference_inputs`
 past the ones equal to its sample inputs: exact zeros, ties, extremal values), whose outcomes
 tests/importers/opinfo_reference_expectations.json records ("none": no held-out inputs).
+
+The complex64 sweep (issue 86: the OpInfos supporting complex64, their samples in complex64,
+complex tensors as planes; opinfo_cases' module docstring) has its own files,
+opinfo_complex64_expectations.json and opinfo_complex64_reference_expectations.json (`make
+opinfo-complex64`); the complex arithmetic and the DFT family, and one OpInfo of each other
+family, run with the suite.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from tests.importers.opinfo_cases import (  # noqa: E402
     REFERENCE_EXPECTATIONS,
     by_name,
     check_opinfo,
+    expectations_path,
     fast_subset,
     load_expectations,
 )
@@ -38,18 +45,30 @@ REFERENCE = load_expectations(REFERENCE_EXPECTATIONS)
 REFERENCE_FAST = fast_subset({n: e for n, e in REFERENCE.items() if e.outcome != "none"}, 2)
 
 
+COMPLEX = load_expectations(expectations_path("sample", "complex64"))
+COMPLEX_REFERENCE = load_expectations(expectations_path("reference", "complex64"))
+# The complex arithmetic and the DFT family's (with the suite), and one of every other family
+COMPLEX_ARITHMETIC = ("mul", "div.no_rounding_mode", "add", "sub", "conj", "conj_physical",
+                      "abs", "angle", "real", "imag", "view_as_real", "sgn", "exp", "matmul")
+COMPLEX_FAST = sorted(set(COMPLEX_ARITHMETIC) | {n for n, e in COMPLEX.items()
+                                                 if e.family == "fft"}
+                      | set(fast_subset(COMPLEX, 1)))
+COMPLEX_REFERENCE_FAST = [n for n in ("mul", "div.no_rounding_mode", "abs", "angle",
+                                      "fft.fft", "fft.irfft") if n in COMPLEX_REFERENCE]
+
+
 @functools.cache
-def _ops() -> dict:
-    return by_name()
+def _ops(dtype: str = "float32") -> dict:
+    return by_name(dtype)
 
 
-def _check(name: str, inputs: str = "sample") -> None:
-    outcome = check_opinfo(_ops()[name], inputs=inputs)
-    want = (EXPECTED if inputs == "sample" else REFERENCE)[name].outcome
+def _check(name: str, inputs: str = "sample", dtype: str = "float32") -> None:
+    outcome = check_opinfo(_ops(dtype)[name], inputs=inputs, dtype=dtype)
+    want = load_expectations(expectations_path(inputs, dtype))[name].outcome
     assert outcome.expectation == want, (
-        f"{name} ({inputs} inputs): expected {want!r}, got {outcome.status}: "
+        f"{name} ({dtype}, {inputs} inputs): expected {want!r}, got {outcome.status}: "
         f"{outcome.detail!r} (if this is progress, rewrite the expectation: python "
-        f"bench/opinfo_sweep.py --inputs {inputs} --write {name})")
+        f"bench/opinfo_sweep.py --dtype {dtype} --inputs {inputs} --write {name})")
 
 
 @pytest.mark.ci_sample
@@ -93,10 +112,47 @@ KNOWN_OFF: dict[str, str] = {}
 KNOWN_OFF_REFERENCE: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("inputs", ["sample", "reference"])
-def test_every_refusal_is_one_line_and_nothing_else_is_silently_wrong_or_crashes(inputs):
-    rows = EXPECTED if inputs == "sample" else REFERENCE
+# The same of the complex64 sweep, on either input set.
+KNOWN_OFF_COMPLEX64: dict[str, str] = {}
+
+
+@pytest.mark.parametrize(("dtype", "inputs", "known"), [
+    ("float32", "sample", KNOWN_OFF), ("float32", "reference", KNOWN_OFF_REFERENCE),
+    ("complex64", "sample", KNOWN_OFF_COMPLEX64),
+    ("complex64", "reference", KNOWN_OFF_COMPLEX64)])
+def test_every_refusal_is_one_line_and_nothing_else_is_silently_wrong_or_crashes(dtype, inputs,
+                                                                                 known):
+    rows = load_expectations(expectations_path(inputs, dtype))
     lines = {n: e.outcome for n, e in rows.items()}
-    assert all("\n" not in v and v for v in lines.values())
+    assert lines and all("\n" not in v and v for v in lines.values())
     bad = {n: v for n, v in lines.items() if v.startswith(("wrong:", "crash:"))}
-    assert bad == (KNOWN_OFF if inputs == "sample" else KNOWN_OFF_REFERENCE)
+    assert bad == known
+
+
+@pytest.mark.parametrize("name", COMPLEX_FAST)
+def test_opinfo_complex64_fast_subset(name):
+    _check(name, dtype="complex64")
+
+
+@pytest.mark.parametrize("name", COMPLEX_REFERENCE_FAST)
+def test_opinfo_complex64_reference_inputs_fast_subset(name):
+    _check(name, "reference", "complex64")
+
+
+@pytest.mark.opinfo_full
+@pytest.mark.parametrize("name", sorted(set(COMPLEX) - set(COMPLEX_FAST)))
+def test_opinfo_complex64_full_sweep(name):
+    _check(name, dtype="complex64")
+
+
+@pytest.mark.opinfo_full
+@pytest.mark.parametrize("name", sorted(set(COMPLEX_REFERENCE) - set(COMPLEX_REFERENCE_FAST)))
+def test_opinfo_complex64_reference_inputs_full_sweep(name):
+    _check(name, "reference", "complex64")
+
+
+def test_the_complex64_expectations_name_every_complex64_opinfo_of_op_db():
+    assert sorted(_ops("complex64")) == sorted(COMPLEX) == sorted(COMPLEX_REFERENCE), (
+        "op_db's complex64 OpInfos and the complex64 expectations files differ: run make "
+        "opinfo-complex64")
+    assert set(COMPLEX_ARITHMETIC) <= set(COMPLEX)

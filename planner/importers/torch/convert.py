@@ -133,6 +133,9 @@ PRESERVED = ("linear.default", *LOSS_PRESERVED, *MARGIN_PRESERVED, *INDEX_PRESER
              # kinks.py), not their decompositions' (clamp's, where's)
              "hardsigmoid.default", "hardswish.default", "sinc.default",
              "special_entr.default", "special_xlog1py.default",
+             # a complex sgn's decomposition, where(|z| == 0, 0, z / |z|), has a NaN gradient
+             # at 0 (the masked quotient's 0 / 0); torch's own is 0 there (rules_complex.py)
+             "sgn.default",
              # detach() decomposes to alias, which passes the gradient on: a StopGradient
              "detach.default",
              *planner.importers.torch.rules_reduce.PRESERVED,

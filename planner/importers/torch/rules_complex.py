@@ -5,7 +5,7 @@ one more, trailing, axis of 2: its real then its imaginary part, the layout of
 `torch.view_as_real` (`Cx` wraps it, so a rule knows the trailing axis is the planes'). So
 `view_as_real` and `view_as_complex` are free, and every complex ATen op lowers to real ops
 the planner has: a product is (ac - bd, ad + bc) of Slices, Muls, Sub, Add and a Concat,
-`conj` a Mul by (1, -1), `abs` a 2-norm over the planes, `angle` an Atan2, `polar` a Mul by
+`conj` a Mul by (1, -1), `abs` a 2-norm over the planes (scaled), `angle` an Atan2, `polar` a Mul by
 Cos and Sin; the ops that only move elements (view, permute, slice, cat, pad, copy,
 slice_scatter, ...) are the real rules run on the planes with their dims kept off the trailing
 axis.
@@ -188,10 +188,41 @@ def conj(n: NodeCtx) -> Any:
 
 @cx_rule("aten.abs.default")
 def abs_(n: NodeCtx) -> Any:
-    """The 2-norm over the planes: its gradient at 0 is 0, as torch's (a Hypot's is 0/0)."""
+    return _modulus(n, _arg_cx(n, 0))
+
+
+def _modulus(n: NodeCtx, z: Cx) -> Any:
+    """|z|: the 2-norm over the planes, its gradient at 0 being 0, as torch's (a Hypot's is
+    0/0), taken of z / s and times s, s the larger plane's magnitude held constant (clamped into
+    the dtype's normal range): a plain norm squares the planes, which overflows past 1.8e19 in
+    float32 where torch's hypot gives |z| (the complex64 OpInfo abs's extremal samples)."""
+    shape = n.shape(z.v)
+    rank = len(shape) - 1
+    _, s = _plane_scale(n, z)
+    norm = n.emit1("ReduceNorm", [n.emit1("Div", [z.v, s])],
+                   {"axes": [rank], "keepdims": False, "p": 2.0})
+    return n.emit1("Mul", [norm, n.emit1("Reshape", [s], {"shape": list(shape[:-1])})])
+
+
+@cx_rule("aten.sgn.default")
+def sgn(n: NodeCtx) -> Any:
+    """z / |z|, 0 at 0, as torch's, and so its gradient (torch's sgn_backward gives 0 at 0):
+    the modulus made 1 where it is 0, so that the quotient there, masked, has a finite
+    gradient (torch's decomposition, where(|z| == 0, 0, z / |z|), has 0 / 0 there)."""
     z = _arg_cx(n, 0)
-    rank = len(n.shape(z.v)) - 1
-    return n.emit1("ReduceNorm", [z.v], {"axes": [rank], "keepdims": False, "p": 2.0})
+    size, real = _modulus(n, z), n.dtype(z.v)
+    column = [*n.shape(size), 1]
+    zero = n.emit1("Equal", [size, n.const(0.0, real)])
+    safe = n.emit1("Where", [zero, n.const(1.0, real), size])
+    q = n.emit1("Div", [z.v, n.emit1("Reshape", [safe], {"shape": column})])
+    return Cx(n.emit1("Where", [n.emit1("Reshape", [zero], {"shape": column}),
+                                n.const(0.0, real), q]))
+
+
+@cx_rule("aten.linalg_vector_norm.default")
+def vector_norm(n: NodeCtx) -> Any:
+    """A complex vector's norm is its moduli's (torch's linalg_vector_norm takes abs first)."""
+    return _real_rule(n, [_modulus(n, _arg_cx(n, 0)), *n.args[1:]], n.kwargs)
 
 
 @cx_rule("aten.angle.default")
@@ -250,32 +281,66 @@ def _times(n: NodeCtx, a: Cx, b: Any) -> Cx:
 
 @cx_rule("aten.mul.Tensor", "aten.mul.Scalar")
 def mul(n: NodeCtx) -> Any:
+    """A complex value times anything; or a real tensor times a complex number (torch's
+    complex convolution's decomposition multiplies by 1j), the tensor promoted."""
     a, b = n.arg(0, "self"), n.arg(1, "other")
     if not isinstance(a, Cx):
         a, b = b, a
+    if not isinstance(a, Cx):
+        tensor, number = (b, a) if isinstance(a, complex) else (a, b)
+        a, b = _promote(n, tensor, _real_of(n)), number
     return _times(n, a, b)
 
 
 @cx_rule("aten.div.Tensor", "aten.div.Scalar")
 def div(n: NodeCtx) -> Any:
     """a / b: by a real number or tensor, the planes divided; by a complex b,
-    a * conj(b) / |b|^2."""
-    a, b = n.arg(0, "self"), n.arg(1, "other")
+    a * conj(b') / |b'|^2 / s, b' = b / s, s the larger of |Re b| and |Im b| (as numpy's
+    and c10's complex division scale: |b|^2 itself overflows past 1.8e19 in float32); by 0,
+    a's planes divided by 0 (inf or NaN, c10's)."""
     if n.kwargs.get("rounding_mode") is not None:
         raise Unsupported(f"{n.op} (rounding_mode, on complex tensors)")
+    return _quotient(n, n.arg(0, "self"), n.arg(1, "other"))
+
+
+@cx_rule("aten.reciprocal.default")
+def reciprocal(n: NodeCtx) -> Any:
+    return _quotient(n, 1.0, _arg_cx(n, 0))
+
+
+def _quotient(n: NodeCtx, a: Any, b: Any) -> Cx:
+    """a / b, either complex (div's docstring)."""
     real = _real_of(n)
     a = _promote(n, a, real)
-    if isinstance(b, (int, float)) and not isinstance(b, bool):
+    if isinstance(b, (int, float)) and not isinstance(b, bool) and b != 0:
         return Cx(n.emit1("Scale", [a.v], {"factor": 1.0 / b}))
     if isinstance(b, (str, Const)):
         column = n.emit1("Reshape", [b], {"shape": [*n.shape(b), 1]})
         return Cx(n.emit1("Div", [a.v, column]))
     b = _promote(n, b, real)
-    br, bi = _planes(n, b)
-    size = n.emit1("Add", [n.emit1("Mul", [br, br]), n.emit1("Mul", [bi, bi])])
-    num = _times(n, a, Cx(n.emit1("Mul", [b.v, n.const([1.0, -1.0], real)])))
+    top, s = _plane_scale(n, b)
+    unit = Cx(n.emit1("Div", [b.v, s]))
+    ur, ui = _planes(n, unit)
+    size = n.emit1("Add", [n.emit1("Mul", [ur, ur]), n.emit1("Mul", [ui, ui])])
+    num = _times(n, a, Cx(n.emit1("Mul", [unit.v, n.const([1.0, -1.0], real)])))
     column = n.emit1("Reshape", [size], {"shape": [*n.shape(size), 1]})
-    return Cx(n.emit1("Div", [num.v, column]))
+    q = n.emit1("Div", [n.emit1("Div", [num.v, column]), s])
+    # by 0: a's planes over 0, held (their gradient, g / 0, would make the masked zeros NaN)
+    by_zero = n.emit1("Div", [n.emit1("StopGradient", [a.v]), n.const(0.0, real)])
+    zero = n.emit1("Equal", [top, n.const(0.0, real)])
+    return Cx(n.emit1("Where", [zero, by_zero, q]))
+
+
+def _plane_scale(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
+    """The larger of |Re z| and |Im z| ([..., 1]), and it held constant and clamped into the
+    dtype's normal range: the scale that keeps a square of the planes finite."""
+    real = n.dtype(z.v)
+    rank = len(n.shape(z.v)) - 1
+    top = n.emit1("ReduceMax", [n.emit1("Abs", [z.v])], {"axes": [rank], "keepdims": True})
+    info = np.finfo(real)
+    return top, n.emit1("Clamp", [n.emit1("StopGradient", [top]),
+                                  n.const(float(info.tiny), real),
+                                  n.const(float(info.max), real)])
 
 
 @cx_rule("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
@@ -286,6 +351,22 @@ def add_sub(n: NodeCtx) -> Any:
     args = [_promote(n, n.arg(0, "self"), real), _promote(n, n.arg(1, "other"), real),
             *n.args[2:]]
     return _lifted(n, args, n.kwargs)
+
+
+@cx_rule("aten.where.self")
+def where(n: NodeCtx) -> Any:
+    """The real where on the planes, the condition given a trailing 1 (it broadcasts over the
+    planes) and a real operand promoted."""
+    cond, real = n.tensor(0), _real_of(n)
+    cond = n.emit1("Reshape", [cond], {"shape": [*n.shape(cond), 1]})
+    return _lifted(n, [cond, _promote(n, n.arg(1, "self"), real),
+                       _promote(n, n.arg(2, "other"), real)], {})
+
+
+@cx_rule("aten._assert_tensor_metadata.default")
+def assert_metadata(n: NodeCtx) -> Any:
+    """The dtype check export writes before a `.to()` of a complex tensor: the real rule's."""
+    return RULES[n.op](n)
 
 
 @cx_rule("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
@@ -308,14 +389,17 @@ def matmul(n: NodeCtx) -> Any:
 @cx_rule("aten._to_copy.default")
 def to_copy(n: NodeCtx) -> Any:
     """A cast: to a complex dtype, of a real (imaginary part 0) or complex value; from a
-    complex one to a real dtype, its real part (what torch keeps, with a warning)."""
+    complex one to bool, whether either part is non-zero (torch's); to another real dtype, its
+    real part (what torch keeps, with a warning)."""
     x = n.arg(0, "self")
     want = n.out_dtype or ""
     if want in COMPLEX_DTYPES:
         z = _promote(n, x, COMPLEX_DTYPES[want])
         return z if n.dtype(z.v) == COMPLEX_DTYPES[want] else \
             Cx(n.emit1("Cast", [z.v], {"to": COMPLEX_DTYPES[want]}))
-    re, _ = _planes(n, x)
+    re, im = _planes(n, x)
+    if want == "bool":
+        return n.emit1("Or", [n.emit1("Cast", [p], {"to": "bool"}) for p in (re, im)])
     return re if n.dtype(re) == want else n.emit1("Cast", [re], {"to": want})
 
 
@@ -364,15 +448,23 @@ def _wrapped(v: Any) -> Any:
     return v
 
 
-def _lifted(n: NodeCtx, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """The real rule of n's op on the planes: arguments as given (dims already kept off the
-    trailing axis), the result's shape torch's and a trailing 2."""
-    if n.op not in RULES:
-        raise Unsupported(f"{n.op} (on complex tensors)")
+def _lifted(n: NodeCtx, args: list[Any], kwargs: dict[str, Any], op: str = "") -> Any:
+    """The real rule of n's op (or `op`) on the planes: arguments as given (dims already kept
+    off the trailing axis), the result's shape torch's and a trailing 2."""
+    op = op or n.op
+    if op not in RULES:
+        raise Unsupported(f"{op} (on complex tensors)")
     shape = None if n.out_shape is None else (*n.out_shape, 2)
-    ctx = NodeCtx(n.imp, n.label, n.op, _plain(args), _plain(kwargs), shape, n._dropouts,
+    ctx = NodeCtx(n.imp, n.label, op, _plain(args), _plain(kwargs), shape, n._dropouts,
                   _real_of(n), n.node, n.module, n._values)
-    return _wrapped(RULES[n.op](ctx))
+    return _wrapped(RULES[op](ctx))
+
+
+def _real_rule(n: NodeCtx, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The real rule of n's op on real arguments made of complex ones (a real result)."""
+    ctx = NodeCtx(n.imp, n.label, n.op, args, kwargs, n.out_shape, n._dropouts,
+                  n.out_dtype, n.node, n.module, n._values)
+    return RULES[n.op](ctx)
 
 
 def _rank(n: NodeCtx) -> int:
@@ -396,6 +488,8 @@ _DIMS: dict[str, tuple[int, str, int]] = {
     "aten.index_select.default": (1, "dim", 0),
     "aten.split_with_sizes.default": (2, "dim", 0), "aten.split.Tensor": (2, "dim", 0),
     "aten.stack.default": (1, "dim", 1), "aten.transpose.int": (1, "dim0", 0),
+    "aten.cumsum.default": (1, "dim", 0), "aten.narrow_copy.default": (1, "dim", 0),
+    "aten.unbind_copy.int": (1, "dim", 0),
 }
 _RESHAPES = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
              "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
@@ -423,10 +517,23 @@ def as_is(n: NodeCtx) -> Any:
     return _lifted(n, args, n.kwargs)
 
 
+# ops that leave a 0-d tensor as it is along its one implicit dim (dim 0 or -1; index_select's
+# one valid index there is 0)
+_SCALAR_SAME = ("aten.sum.dim_IntList", "aten.mean.dim", "aten.cumsum.default",
+                "aten.flip.default", "aten.roll.default", "aten.transpose.int",
+                "aten.index_select.default")
+
+
 @cx_rule(*_DIMS)
 def with_dims(n: NodeCtx) -> Any:
     k, key, extra = _DIMS[n.op]
     rank = _rank(n) + extra
+    if rank == 0:
+        # a 0-d complex value's planes are [2]: its dim 0 (or -1), torch's implicit one, is no
+        # axis of them (a cumsum or flip there would run over the real and imaginary parts)
+        if n.op in _SCALAR_SAME and tuple(n.out_shape or ()) == ():
+            return _arg_cx(n, 0)
+        raise Unsupported(f"{n.op} (along a dim of a 0-d complex tensor)")
     args, kwargs = list(n.args), dict(n.kwargs)
     real = _real_of(n)
     if n.op in ("aten.cat.default", "aten.stack.default"):
@@ -443,12 +550,22 @@ def with_dims(n: NodeCtx) -> Any:
         args[k] = fix(args[k])
     elif key in kwargs:
         kwargs[key] = fix(kwargs[key])
-    if n.op in ("aten.sum.dim_IntList", "aten.mean.dim") and n.arg(1, "dim") is None:
+    if n.op in ("aten.sum.dim_IntList", "aten.mean.dim") and n.arg(1, "dim") in (None, [], ()):
+        # every dim (torch's dim=None or []), but the planes'
         kwargs.pop("dim", None)
         args = [args[0], list(range(rank)), *args[2:]]
     if n.op == "aten.roll.default" and not (len(args) > 2 or "dims" in kwargs):
         raise Unsupported(f"{n.op} (of a complex tensor, flattened)")
     return _lifted(n, args, kwargs)
+
+
+@cx_rule("aten.sum.default", "aten.mean.default")
+def over_all(n: NodeCtx) -> Any:
+    """A sum or mean of every element: over every dim but the planes'."""
+    op = "aten.sum.dim_IntList" if n.op == "aten.sum.default" else "aten.mean.dim"
+    if _rank(n) == 0:  # (a 0-d value's sum is itself)
+        return _arg_cx(n, 0)
+    return _lifted(n, [n.arg(0, "self"), list(range(_rank(n)))], dict(n.kwargs), op)
 
 
 @cx_rule("aten.constant_pad_nd.default")
