@@ -60,12 +60,16 @@ def test_a_new_length_steps_as_the_long_way_bit_for_bit(monkeypatch):
         assert fast.shapes._others[key].graph == slow.shapes._others[key].graph, n
 
 
-def test_what_a_new_length_costs_is_counted(monkeypatch):
+def test_what_a_new_length_costs_is_counted(monkeypatch, tmp_path):
     import codegen.concrete as concrete
     import planner.graph.validate as validate
     import planner.importers.torch.record as record
+    import planner.io.disk_cache as disk_cache
     import planner.torch.training as training
 
+    # Records of its own: a length whose record an earlier run kept (the per-host record
+    # cache) evaluates no size expression at all.
+    monkeypatch.setattr(disk_cache, "records_root", lambda root=None: tmp_path / "records")
     torch.manual_seed(0)
     t = made(Encoder())
     for n in LENGTHS[:3]:  # the symbolic trace made at the first new length
