@@ -63,3 +63,24 @@ def test_a_0d_values_dims_are_not_its_planes(fn):
 def test_a_real_tensor_times_a_complex_number():
     x = torch.linspace(-1.0, 1.0, 6).reshape(2, 3)
     assert check_call(lambda t: torch.view_as_real(t * (2 - 1j)), x) == ("pass", "")
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_a_complex_signal_padded_by_reflection_or_its_edge(mode):
+    """F.pad of a complex tensor in reflect and replicate modes (stft's centred frames pad a
+    complex signal so): the planes padded, both parts alike."""
+    z = torch.randn(2, 3, 9, dtype=C64)
+    assert check_call(lambda x: torch.nn.functional.pad(x, (3, 2), mode=mode), z,
+                      dtype="complex64") == ("pass", "")
+
+
+def test_a_complex_signals_frames_and_its_stft():
+    """Tensor.unfold of a complex tensor (stft's frames: the windows' axis last, after the
+    planes' in the real unfold) and torch.stft of a complex signal with its default centred,
+    reflection-padded frames."""
+    z = torch.randn(2, 20, dtype=C64)
+    assert check_call(lambda x: x.unfold(1, 5, 3), z, dtype="complex64") == ("pass", "")
+    window = torch.hann_window(8)
+    assert check_call(lambda x: torch.stft(x, 8, hop_length=2, window=window,
+                                           return_complex=True), z,
+                      dtype="complex64") == ("pass", "")

@@ -568,13 +568,33 @@ def over_all(n: NodeCtx) -> Any:
     return _lifted(n, [n.arg(0, "self"), list(range(_rank(n)))], dict(n.kwargs), op)
 
 
-@cx_rule("aten.constant_pad_nd.default")
+@cx_rule("aten.constant_pad_nd.default", "aten.reflection_pad1d.default",
+         "aten.reflection_pad2d.default", "aten.replication_pad1d.default",
+         "aten.replication_pad2d.default")
 def pad(n: NodeCtx) -> Any:
+    """A complex tensor padded: its planes, the trailing axis not (reflecting or repeating
+    the edge moves whole numbers, both parts alike: stft's centred frames)."""
+    if "constant" not in n.op:
+        return _lifted(n, [n.arg(0, "self"), [0, 0, *n.ints(1, "padding")]], {})
     value = complex(n.arg(2, "value", 0.0))
     if value != 0:
         raise Unsupported(f"{n.op} (a complex tensor padded with {value})")
     args = [n.arg(0, "self"), [0, 0, *n.ints(1, "pad")], 0.0]
     return _lifted(n, args, {})
+
+
+@cx_rule("aten.unfold.default", "aten.unfold_copy.default")
+def unfold(n: NodeCtx) -> Any:
+    """x.unfold(dim, size, step) of a complex tensor (stft's frames): the real unfold of its
+    planes, whose windows' axis lands after the planes' axis, then those two swapped back."""
+    rank = _rank(n)
+    args = [n.arg(0, "self"), _dim(n.arg(1, "dimension"), rank), n.arg(2, "size"),
+            n.arg(3, "step")]
+    shape = None if n.out_shape is None else (*n.out_shape[:-1], 2, n.out_shape[-1])
+    ctx = NodeCtx(n.imp, n.label, n.op, _plain(args), {}, shape, n._dropouts, _real_of(n),
+                  n.node, n.module, n._values)
+    frames = RULES[n.op](ctx)
+    return Cx(n.emit1("Transpose", [frames], {"perm": [*range(rank), rank + 1, rank]}))
 
 
 @cx_rule("aten.repeat.default")
