@@ -9,6 +9,13 @@ finds no unreachable object (tests/test_collection.py keeps it so). So the colle
 while planning, and reference counting frees everything at once; on exit it is on again if it
 was.
 
+The torch doors (planner/torch/training.py, piece.py) hold it off for the whole of a new
+graph's or shape's planning, the trace and the import included (torch's distributed
+state_dict does the same): in a PyTorch process the heap holds torch's ~430,000 objects, and a
+text encoder's construction and 26 new lengths made 85-135 collections taking 1.0-1.2 s, 35
+taking 0.26-0.45 s with it off (gc.callbacks; 30-40 of a new length's 62 ms of main-thread
+CPU had been the collector's).
+
 Example:
     >>> import gc
     >>> with collector_off():

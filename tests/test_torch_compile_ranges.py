@@ -250,7 +250,7 @@ def test_a_range_at_the_position_tables_length_is_planned_one_shorter(capsys, mo
 
 def test_the_doors_plan_with_the_cyclic_collector_paused(monkeypatch):
     """A new shape's planning (the trainer's and the backend's) runs with Python's cyclic
-    collector paused (planner/torch/gc_pause.py: a fifth of a dynamic-padding run was its
+    collector off (planner/collection.py: a fifth of a dynamic-padding run was its
     scans of torch's heap), and the collector is back on after each call; a user's own
     disabled collector stays disabled."""
     import gc

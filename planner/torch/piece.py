@@ -46,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from planner.collection import collector_off
 from planner.frontend.vjp import FEEDS
 from planner.importers.torch.context import TorchImportError
 from planner.torch.backend_options import BackendOptions
@@ -60,7 +61,6 @@ from planner.torch.executors import (
     as_torch,
     forget,
 )
-from planner.torch.gc_pause import gc_paused
 
 
 class PlannerFallback(UserWarning):
@@ -130,7 +130,7 @@ class Piece:
         autocast = (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")))
         key = (tuple(_signature(a) for a in args), needs if any(needs) else (), autocast)
         if key not in self.runs or key in self.provisional:
-            with gc_paused():  # planning (gc_pause.py)
+            with collector_off():  # planning (planner/collection.py)
                 self._plan_call(key, args, needs)
         run = self.runs[key]
         _keep(self, key)

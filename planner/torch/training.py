@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.collection import collector_off
 from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
@@ -49,7 +50,6 @@ from planner.torch.export_watch import (
     hooks_registered,
     watching,
 )
-from planner.torch.gc_pause import gc_paused
 from planner.torch.hooks import backward_hooks
 from planner.torch.norm_modes import cumulative_norms
 from planner.torch.shapes import Built, Shapes, key_of, own_values, spell
@@ -209,7 +209,7 @@ class Trainer:
         if self.shapes is None:  # a Trainer made by hand around one executor
             feeds = {t.name: a for t, a in zip(self._feeds, arrays, strict=True)}
             return call(self.executor, feeds), self.imported, self.graph
-        with gc_paused():  # a new shape is planned here (gc_pause.py)
+        with collector_off():  # a new shape is planned here (planner/collection.py)
             self._refine()
             built = self.shapes.get(arrays)
         feeds = {t.name: a for t, a in zip(built.feeds, arrays, strict=True)}
@@ -421,7 +421,7 @@ def _numpy(v: Any, dtype: str, name: str = "") -> np.ndarray:
     return out
 
 
-@gc_paused()  # tracing, importing, planning and building: gc_pause.py
+@collector_off()  # tracing, importing, planning, building: planner/collection.py
 def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
             labels: Any = None, *,
             optimizer: Any = "sgd", lr: float | None = None, target: str = "host",
