@@ -51,3 +51,26 @@ def export_once_per_module():
     trainer.export = export
     yield
     trainer.export = real
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A planner cache folder of the test's own ($PLANNER_CACHE)."""
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def decompositions(monkeypatch):
+    """The programs decomposed (the real decomposition, counted): the record cache's tests."""
+    from planner.importers.torch import convert as convert_module
+
+    calls = []
+    real = convert_module.decompose
+
+    def counted(program, extra=None):
+        calls.append(program)
+        return real(program, extra)
+
+    monkeypatch.setattr(convert_module, "decompose", counted)
+    return calls

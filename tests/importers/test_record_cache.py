@@ -10,7 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planner.importers.torch import convert as convert_module  # noqa: E402
 from planner.importers.torch import record_cache  # noqa: E402
 from planner.importers.torch.convert import convert  # noqa: E402
 from planner.io.disk_cache import entries  # noqa: E402
@@ -35,26 +34,6 @@ def traced(model, batch=4):
     torch.manual_seed(1)
     x, y = torch.randn(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
     return export(model, (x,), torch.nn.functional.cross_entropy, y)
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
-def decompositions(monkeypatch):
-    """How many programs were decomposed (the real decomposition, counted)."""
-    calls = []
-    real = convert_module.decompose
-
-    def counted(program, extra=None):
-        calls.append(program)
-        return real(program, extra)
-
-    monkeypatch.setattr(convert_module, "decompose", counted)
-    return calls
 
 
 def test_a_program_traced_again_is_imported_from_its_record(cache, decompositions):

@@ -15,7 +15,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planner.importers.torch import convert as convert_module  # noqa: E402
 from planner.importers.torch import fma, record_cache  # noqa: E402
 from planner.importers.torch.convert import recorded  # noqa: E402
 from planner.io.disk_cache import entries  # noqa: E402
@@ -72,26 +71,6 @@ def test_a_second_process_reads_the_dynamo_graphs_record(tmp_path):
     assert [e.kind for e in entries(tmp_path)] == ["record"]
     assert second == {**first, "decomposed": 0}
     assert "StopGradient" in first["ops"]  # the no_grad region's result, detached either way
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
-def decompositions(monkeypatch):
-    """How many programs were decomposed (the real decomposition, counted)."""
-    calls = []
-    real = convert_module.decompose
-
-    def counted(program, extra=None):
-        calls.append(extra)
-        return real(program, extra)
-
-    monkeypatch.setattr(convert_module, "decompose", counted)
-    return calls
 
 
 class Fma(torch.nn.Module):
