@@ -13,7 +13,7 @@ From that one row come
     input) or `<Name>GradA`, `<Name>GradB`, ... (several) taking [dy, *inputs(, y)], itself a
     row-derived pointwise op; a derivative of 1 passes dy on with no op, None gives no gradient,
   - its CPU kernel: codegen/pointwise_cpp.py renders the formula as a C++ functor into
-    templates/cpu/runtime/kernels/pointwise_table.cpp (pointwise_family.h's loop),
+    templates/cpu/runtime/kernels/pointwise_table_<k>.cpp (pointwise_family.h's loop),
   - its CUDA kernel: codegen/tvm_kernels.py generates it from the same formula,
   - the torch front end's rule (planner/importers/torch/rules_pointwise.py, from `aten`).
 

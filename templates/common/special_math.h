@@ -1,6 +1,6 @@
 // Special functions the pointwise table's rows call (planner/ops/special_table.py), one
 // definition for both executors: the CPU runtime's generated functors
-// (kernels/pointwise_table.cpp) and the TVM-generated CUDA kernels (tvm_pointwise.cuh) call the
+// (kernels/pointwise_table_<k>.cpp) and the TVM-generated CUDA kernels (tvm_pointwise.cuh) call the
 // `planner_<name>f` functions at the end, which compute in double and round once to float.
 // The numpy reference of each row is scipy.special's, not this file: tests hold the two equal
 // (tests/ops/test_special_functions.py).

@@ -1,6 +1,6 @@
 // The kernel template of the pointwise table's ops (planner/ops/pointwise_table.py): one loop
 // for every row, instantiated with the row's functor, which codegen/pointwise_cpp.py renders
-// from the row's scalar formula into kernels/pointwise_table.cpp (generated, checked in).
+// from the row's scalar formula into kernels/pointwise_table_<k>.cpp (generated, checked in).
 //
 // y = f(x0, x1, ...) with numpy broadcasting of the inputs to the output. Inputs of the
 // output's size are read at the output's index, in one flat loop the compiler vectorizes;
@@ -19,6 +19,13 @@
 #include "loops.h"
 
 namespace planner {
+
+// lgamma without glibc's global signgam (written by every thread of the team): the table's
+// lgamma rows call it (codegen/pointwise_cpp.py), from every share of the table.
+inline float planner_lgamma(float x) {
+  int sign;
+  return ::lgammaf_r(x, &sign);
+}
 
 template <class F, class Y, class... X>
 class PointwiseFamily : public Kernel {
