@@ -414,7 +414,25 @@ def _cpu_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:
             "PLANNER_LAPACK_LIB": str(found.library), "PLANNER_LAPACK_PREFIX": found.prefix,
             "PLANNER_CXX_FLAGS": " ".join(CXX_FLAGS + (SANITIZED_FLAGS if sanitize else ())
                                           + sanitizer_flags(sanitize)),
-            "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize))}
+            "PLANNER_LINK_FLAGS": " ".join(sanitizer_flags(sanitize)),
+            "PLANNER_KERNEL_GROUPS": str(kernel_groups())}
+
+
+def kernel_groups(cpus: int | None = None) -> int:
+    """How many unity units the CPU runtime's kernel files compile in
+    (templates/cpu/runtime/CMakeLists.txt), for `cpus` usable CPUs (default: this process's):
+    one per CPU beside the executor's unit, at least 2 and at most 8. Each unit parses the same
+    headers again (a few seconds of CPU), so a 2-core host keeps two; a 16-core one builds
+    the library in about a quarter of the time. The module's code is the same either way (the
+    runtime's cache key does not hold it).
+
+    >>> kernel_groups(2), kernel_groups(4), kernel_groups(64)
+    (2, 3, 8)
+    """
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 2)
+    return max(2, min(8, cpus - 1))
 
 
 def _cuda_defines(sanitize: tuple[str, ...], arch: str) -> dict[str, str]:

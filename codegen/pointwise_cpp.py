@@ -35,11 +35,11 @@ from planner.ops.pointwise_table import LIBM, TABLE, Row
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 KERNELS = TEMPLATES / "cpu" / "runtime" / "kernels"
 # The CPU functors are written in SHARDS files, kernels/pointwise_table_<k>.cpp, each a like
-# share of the functors: in one file they were ~58 s of one compiler's time on this 2-core
-# VM, a third of the kernel library's, in one of the runtime's two kernel unity groups
-# (templates/cpu/runtime/CMakeLists.txt), which the other core then waited on; split, each
-# group gets one share.
-SHARDS = 2
+# share of the functors: in one file they were ~58 s of one compiler's time on the 2-core
+# VM, a third of the kernel library's, in one of the runtime's kernel unity groups
+# (templates/cpu/runtime/CMakeLists.txt: dealt in turn), which the other cores then waited on;
+# in shares, each group of 2 or 4 gets one or two.
+SHARDS = 4
 OUT = tuple(KERNELS / f"pointwise_table_{k}.cpp" for k in range(SHARDS))
 # The CUDA runtime's registrations of the same ops, whose kernels codegen/tvm_kernels.py
 # generates from the same formulas.
