@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -301,6 +302,11 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
     from planner.io.disk_cache import mark_used
 
     say = progress or _stderr
+    ahead = _AHEAD.get(backend)
+    if ahead is not None and ahead.is_alive() and ahead is not threading.current_thread():
+        say(f"waiting for the planner's kernel library ({backend.upper()} runtime) this "
+            f"process started building ahead ...")
+        ahead.join()  # then kept below, or built again if that build failed (and said why)
     compiler = compiler_identity()
     how = RUNTIME_BUILDS[backend]
     if sanitize and not how.sanitizes:
@@ -337,6 +343,34 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
                                   progress or (lambda s: None))
         mark_used(root)
         return kept
+
+
+# The builds build_runtime_ahead started, by backend (one each per process).
+_AHEAD: dict[str, threading.Thread] = {}
+
+
+def build_runtime_ahead(backend: str = "cpu") -> bool:
+    """Start building `backend`'s runtime (its default architecture) in a thread of this
+    process where this host has none yet, and return whether one was started: the doors call
+    it first thing, so that a cold kernel library's minutes of compiler (a subprocess: the
+    thread holds no GIL meanwhile) overlap their trace and planning, the 15-20 s before the
+    first package's build asked for it (issue 83: a cold first step). build_runtime waits for
+    it; the thread's own failure is not raised there but built again and raised by the build
+    that needs the runtime."""
+    held = _AHEAD.get(backend)
+    if held is not None or kept_runtime(runtime_folder(backend), RUNTIMES[backend].module):
+        return False
+
+    def build() -> None:
+        try:
+            build_runtime(backend=backend)
+        except Exception:  # noqa: BLE001 - raised again by the build that needs it
+            pass
+
+    _AHEAD[backend] = thread = threading.Thread(target=build, name="planner-runtime-build",
+                                               daemon=True)
+    thread.start()
+    return True
 
 
 def runtime_folder(backend: str = "cpu", arch: str = "90", sanitize: tuple[str, ...] = (),

@@ -29,9 +29,11 @@ def planner_backend(gm: Any, example_inputs: Any, options: dict[str, Any] | None
     """The Dynamo backend: `gm` (one graph of the model, parameters among its arguments) to a
     callable Dynamo runs in its place. Options are checked here, at the first call of the
     compiled model; `mode=` (Inductor's) is refused as an unknown option."""
+    from codegen.build import build_runtime_ahead
     from planner.torch.piece import Piece
     from planner.torch.skipped import backend_called, install
 
+    build_runtime_ahead()  # a cold kernel library compiles while the graph is planned
     backend_called()  # this frame's compile planned something (planner/torch/skipped.py)
     install(planner_backend)  # again, after a torch._dynamo.reset()
     if unused:

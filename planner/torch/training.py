@@ -534,7 +534,12 @@ def _range_traced(recipe: Recipe, examples: tuple[Any, ...], planned: tuple[Any,
     waited seconds (4.6 s on the text workload's encoder) where the later ones wait none.
     Elsewhere, and where torch cannot trace so or the trace does not hold the range's sizes:
     nothing yet (the first shapes traced as they are)."""
+    from codegen.build import build_runtime_ahead
     from planner.importers.torch.record import OutsideTrace
+    from planner.target.backends import traits
+
+    if traits(recipe.target).host_cores:
+        build_runtime_ahead()  # a cold kernel library compiles while torch.export traces
 
     traced: dict[Any, Any] = {}
     if planned is examples:

@@ -107,3 +107,30 @@ def test_the_vendored_fft_header_is_in_the_cpu_runtimes_key(monkeypatch, tmp_pat
     monkeypatch.setattr(build_module, "POCKETFFT", copy)
     assert runtime_key(compiler="c++ 1") != here
     assert build_module._cpu_defines((), "")["PLANNER_POCKETFFT_DIR"] == str(copy)
+
+
+def test_no_build_is_started_ahead_where_the_runtime_is_kept(mlp_module, monkeypatch):
+    import codegen.build as b
+
+    monkeypatch.setattr(b, "_AHEAD", {})
+    assert b.build_runtime_ahead() is False and b._AHEAD == {}
+
+
+def test_a_build_started_ahead_is_waited_for_and_its_runtime_used(mlp_module, monkeypatch):
+    """build_runtime, asked while this process's build started ahead runs, waits for it (saying
+    so) and then uses what it left: here the kept runtime, and a thread that takes 0.3 s."""
+    import threading
+    import time
+
+    import codegen.build as b
+
+    done = threading.Event()
+    ahead = threading.Thread(target=lambda: (time.sleep(0.3), done.set()))
+    monkeypatch.setattr(b, "_AHEAD", {"cpu": ahead})
+    ahead.start()
+    said: list[str] = []
+    path = b.build_runtime(progress=said.append)
+    assert done.is_set() and not ahead.is_alive()
+    assert said == ["waiting for the planner's kernel library (CPU runtime) this process "
+                    "started building ahead ..."]
+    assert path == b.build_runtime()
