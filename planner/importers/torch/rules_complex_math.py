@@ -1,0 +1,247 @@
+"""Complex elementary functions on the planes (rules_complex.py's layout): each is real ops of
+the real and imaginary parts, in the formulas of c10's complex math (c10/util/complex_math.h)
+or glibc's (which c10 calls through std::), so that their principal branches, branch cuts and
+signed zeros are torch's:
+
+    log z    = log|z| + i atan2(y, x)      (|z| scaled: rules_complex._modulus; the cut on the
+                                            negative reals follows y's sign, as atan2's)
+    sqrt z   = (t, y / 2t) for x >= 0, (|y| / 2t, copysign(t, y)) below, t = sqrt((|z| + |x|) / 2)
+               computed on z / s times sqrt(s), s the larger plane (no square overflows)
+    log1p z  = c10's: (log1p(x (2 + x) + y^2) / 2 or log|1 + z|, atan2(y, 1 + x))
+    expm1 z  = c10's: (expm1(x) cos y - 2 sin^2(y / 2), e^x sin y)
+    exp2 z   = exp(z ln 2), log2 and log10 are log z / ln 2, / ln 10
+    sin, cos, sinh, cosh: the addition formulas (sin x cosh y, cos x sinh y), ...
+    tanh z   = (T (1 + t^2), t sech^2 x) / (1 + T^2 t^2), T = tanh x, t = tan y (tanh(x + iy)
+               by the addition formula, the imaginary part's 1 - T^2 as sech^2 x: no
+               cancellation, and no overflow where x is large), tan z = -i tanh(iz)
+    sigmoid  = 1 / (1 + e^-z) (ATen's), rsqrt = 1 / sqrt z
+    pow(z, k) for k in 2, 3, -1, -2, 0.5, -0.5 as ATen's pow_tensor_scalar: products, the
+               reciprocal, sqrt and rsqrt
+
+Each is ops of the op table, so the gradient is the real ops' own: for these holomorphic
+functions the derivative of the planes, which is PyTorch's conjugate-Wirtinger gradient. A Where
+that guards a singular point (sqrt's t = 0, log1p's two branches) feeds each branch a finite
+input, so that the branch it does not pick passes no 0 * inf (a NaN) into the gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from planner.importers.kit import Unsupported
+from planner.importers.torch.context import NodeCtx
+from planner.importers.torch.rules_complex import (
+    Cx,
+    _arg_cx,
+    _joined,
+    _planes,
+    _quotient,
+    _times,
+    _unit_modulus,
+    cx_rule,
+)
+
+
+def _ops(n: NodeCtx, real: str) -> Any:
+    """Short spellings of the real ops of one rule (u.exp(x), u.mul(a, b), u.c(2.0))."""
+
+    class U:
+        @staticmethod
+        def c(v: float) -> Any:
+            return n.const(v, real)
+
+        def __getattr__(self, op: str) -> Any:
+            name = _NAMES[op]
+            return lambda *xs, **attrs: n.emit1(name, list(xs), attrs)
+
+    return U()
+
+
+_NAMES = {"exp": "Exp", "log": "Log", "log1p": "Log1p", "expm1": "Expm1", "sqrt": "Sqrt",
+          "sin": "Sin", "cos": "Cos", "sinh": "Sinh", "cosh": "Cosh", "tanh": "Tanh",
+          "tan": "Tan", "atan2": "Atan2", "hypot": "Hypot", "abs": "Abs", "add": "Add",
+          "sub": "Sub", "mul": "Mul", "div": "Div", "where": "Where", "equal": "Equal",
+          "less": "Less", "ge": "GreaterOrEqual", "copysign": "CopySign", "scale": "Scale",
+          "reshape": "Reshape", "neg": "Neg"}
+
+
+def _parts(n: NodeCtx) -> tuple[Cx, Any, Any, Any]:
+    z = _arg_cx(n, 0)
+    x, y = _planes(n, z)
+    return z, x, y, _ops(n, n.dtype(z.v))
+
+
+# ---- logarithms and roots ---------------------------------------------------------------------
+
+def _log(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
+    """log z's planes: log|z| (|z| as s |z / s|, never overflowing) and the angle."""
+    x, y = _planes(n, z)
+    u = _ops(n, n.dtype(z.v))
+    norm, s = _unit_modulus(n, z)
+    return u.add(u.log(norm), u.log(s)), u.atan2(y, x)
+
+
+@cx_rule("aten.log.default", "aten.log2.default", "aten.log10.default")
+def log(n: NodeCtx) -> Any:
+    z = _arg_cx(n, 0)
+    re, im = _log(n, z)
+    base = {"aten.log2.default": 2.0, "aten.log10.default": 10.0}.get(n.op)
+    if base is None:
+        return _joined(n, re, im)
+    u = _ops(n, n.dtype(z.v))
+    return _joined(n, *(u.scale(p, factor=1.0 / math.log(base)) for p in (re, im)))
+
+
+@cx_rule("aten.log1p.default")
+def log1p(n: NodeCtx) -> Any:
+    """c10's log1p: near 0 (|z| < 1/2) log1p of x (2 + x) + y^2 halved (x itself where that
+    underflows to 0), else log|1 + z|; the angle atan2(y, 1 + x)."""
+    z, x, y, u = _parts(n)
+    x1 = u.add(x, u.c(1.0))
+    near = u.less(u.hypot(x, y), u.c(0.5))
+    r = u.add(u.mul(x, u.add(x, u.c(2.0))), u.mul(y, y))
+    r = u.where(near, r, u.c(0.0))  # the far branch's r may reach -1, log1p's pole
+    small = u.where(u.equal(r, u.c(0.0)), x, u.scale(u.log1p(r), factor=0.5))
+    far = u.log(u.hypot(u.where(near, u.c(1.0), x1), y))
+    return _joined(n, u.where(near, small, far), u.atan2(y, x1))
+
+
+def _sqrt(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
+    """sqrt z's planes (the module docstring's formula; z = 0 gives +0 and y)."""
+    x, y = _planes(n, z)
+    u = _ops(n, n.dtype(z.v))
+    norm, s = _unit_modulus(n, z)
+    half = u.scale(u.add(norm, u.div(u.abs(x), s)), factor=0.5)
+    t = u.mul(u.sqrt(half), u.sqrt(s))
+    zero = u.equal(t, u.c(0.0))
+    q = u.div(y, u.scale(u.where(zero, u.c(0.5), t), factor=2.0))
+    right = u.ge(x, u.c(0.0))
+    # |q| and copysign(t, y) as products with y's sign (-1 at -0.0): on the cut (y = +-0) the
+    # derivative is the one of y's side, as torch's 1 / (2 sqrt z), not Abs's 0 at 0
+    sign = u.copysign(u.c(1.0), y)
+    return u.where(right, t, u.mul(q, sign)), u.where(right, q, u.mul(t, sign))
+
+
+@cx_rule("aten.sqrt.default")
+def sqrt(n: NodeCtx) -> Any:
+    return _joined(n, *_sqrt(n, _arg_cx(n, 0)))
+
+
+@cx_rule("aten.rsqrt.default")
+def rsqrt(n: NodeCtx) -> Any:
+    return _quotient(n, 1.0, _joined(n, *_sqrt(n, _arg_cx(n, 0))))
+
+
+# ---- exponentials ------------------------------------------------------------------------------
+
+@cx_rule("aten.exp2.default")
+def exp2(n: NodeCtx) -> Any:
+    """2^z = e^(z ln 2), ATen's exp2 of a complex number."""
+    z = _arg_cx(n, 0)
+    return _exp(n, Cx(_ops(n, n.dtype(z.v)).scale(z.v, factor=math.log(2.0))))
+
+
+def _exp(n: NodeCtx, z: Cx) -> Cx:
+    x, y = _planes(n, z)
+    u = _ops(n, n.dtype(z.v))
+    size = u.exp(x)
+    return _joined(n, u.mul(size, u.cos(y)), u.mul(size, u.sin(y)))
+
+
+@cx_rule("aten.expm1.default")
+def expm1(n: NodeCtx) -> Any:
+    """c10's expm1: (expm1(x) cos y - 2 sin^2(y / 2), e^x sin y), no cancellation near 0."""
+    _, x, y, u = _parts(n)
+    a = u.sin(u.scale(y, factor=0.5))
+    re = u.sub(u.mul(u.expm1(x), u.cos(y)), u.scale(u.mul(a, a), factor=2.0))
+    return _joined(n, re, u.mul(u.exp(x), u.sin(y)))
+
+
+@cx_rule("aten.sigmoid.default")
+def sigmoid(n: NodeCtx) -> Any:
+    """1 / (1 + e^-z), ATen's complex sigmoid."""
+    z = _arg_cx(n, 0)
+    u = _ops(n, n.dtype(z.v))
+    e = _exp(n, Cx(u.neg(z.v)))
+    return _quotient(n, 1.0, Cx(u.add(e.v, n.const([1.0, 0.0], n.dtype(z.v)))))
+
+
+# ---- trigonometric and hyperbolic -------------------------------------------------------------
+
+@cx_rule("aten.sin.default", "aten.cos.default", "aten.sinh.default", "aten.cosh.default")
+def sin_cos(n: NodeCtx) -> Any:
+    """The addition formulas: sin(x + iy) = sin x cosh y + i cos x sinh y, cos(x + iy) =
+    cos x cosh y - i sin x sinh y, sinh(x + iy) = sinh x cos y + i cosh x sin y,
+    cosh(x + iy) = cosh x cos y + i sinh x sin y."""
+    _, x, y, u = _parts(n)
+    name = n.op.split(".")[1]
+    if name in ("sin", "cos"):
+        s, c, sh, ch = u.sin(x), u.cos(x), u.sinh(y), u.cosh(y)
+        if name == "sin":
+            return _joined(n, u.mul(s, ch), u.mul(c, sh))
+        return _joined(n, u.mul(c, ch), u.neg(u.mul(s, sh)))
+    sh, ch, s, c = u.sinh(x), u.cosh(x), u.sin(y), u.cos(y)
+    if name == "sinh":
+        return _joined(n, u.mul(sh, c), u.mul(ch, s))
+    return _joined(n, u.mul(ch, c), u.mul(sh, s))
+
+
+def _tanh(n: NodeCtx, x: Any, y: Any, u: Any) -> tuple[Any, Any]:
+    """tanh(x + iy)'s planes (the module docstring's formula)."""
+    big_t, t = u.tanh(x), u.tan(y)
+    ch = u.cosh(x)
+    sech2 = u.div(u.c(1.0), u.mul(ch, ch))
+    den = u.add(u.c(1.0), u.mul(u.mul(big_t, big_t), u.mul(t, t)))
+    re = u.div(u.mul(big_t, u.add(u.c(1.0), u.mul(t, t))), den)
+    return re, u.div(u.mul(t, sech2), den)
+
+
+@cx_rule("aten.tanh.default", "aten.tan.default")
+def tanh(n: NodeCtx) -> Any:
+    """tanh by the formula, tan z = -i tanh(iz); the derivative torch's, 1 - tanh^2 and
+    1 + tan^2 of the result (_with_derivative: the formula's own loses digits near the
+    poles)."""
+    z, x, y, u = _parts(n)
+    if n.op == "aten.tanh.default":
+        w, sign = _joined(n, *_tanh(n, x, y, u)), -1.0
+    else:
+        re, im = _tanh(n, u.neg(y), x, u)  # iz = -y + ix
+        w, sign = _joined(n, im, u.neg(re)), 1.0
+    square = _times(n, w, w)
+    d = u.add(u.scale(square.v, factor=sign), n.const([1.0, 0.0], n.dtype(z.v)))
+    return _with_derivative(n, w, z, Cx(d))
+
+
+def _with_derivative(n: NodeCtx, w: Cx, z: Cx, d: Cx) -> Cx:
+    """w, the value of a holomorphic function at z, whose derivative there is d: w held, plus
+    d z less its held self (0), d held, so that the gradient is conj(d) times the cotangent,
+    torch's backward formula, rather than the derivative of w's formula."""
+    u = _ops(n, n.dtype(z.v))
+    held = Cx(n.emit1("StopGradient", [d.v]))
+    line = _times(n, held, z)
+    return Cx(u.add(n.emit1("StopGradient", [w.v]),
+                    u.sub(line.v, n.emit1("StopGradient", [line.v]))))
+
+
+# ---- powers ----------------------------------------------------------------------------------
+
+@cx_rule("aten.pow.Tensor_Scalar")
+def pow_scalar(n: NodeCtx) -> Any:
+    """z ** k for the exponents ATen's pow_tensor_scalar computes without std::pow (products,
+    the reciprocal, sqrt, rsqrt) and 1; any other exponent goes through std::pow's
+    exp(k log z), whose zeros and infinities (glibc's cpow) are not matched: refused."""
+    z, k = _arg_cx(n, 0), n.arg(1, "exponent")
+    k = complex(k)
+    if k.imag != 0 or k.real not in (1, 2, 3, -1, -2, 0.5, -0.5):
+        raise Unsupported(f"{n.op} (a complex tensor to the power {n.arg(1, 'exponent')})")
+    k = k.real
+    if k == 1:
+        return z
+    if abs(k) == 0.5:
+        root = _joined(n, *_sqrt(n, z))
+        return root if k > 0 else _quotient(n, 1.0, root)
+    p = z
+    for _ in range(int(abs(k)) - 1):
+        p = _times(n, p, z)
+    return p if k > 0 else _quotient(n, 1.0, p)
