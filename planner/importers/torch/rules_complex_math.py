@@ -36,6 +36,7 @@ from planner.importers.torch.rules_complex import (
     _arg_cx,
     _joined,
     _planes,
+    _promote,
     _quotient,
     _times,
     _unit_modulus,
@@ -62,8 +63,8 @@ _NAMES = {"exp": "Exp", "log": "Log", "log1p": "Log1p", "expm1": "Expm1", "sqrt"
           "sin": "Sin", "cos": "Cos", "sinh": "Sinh", "cosh": "Cosh", "tanh": "Tanh",
           "tan": "Tan", "atan2": "Atan2", "hypot": "Hypot", "abs": "Abs", "add": "Add",
           "sub": "Sub", "mul": "Mul", "div": "Div", "where": "Where", "equal": "Equal",
-          "less": "Less", "ge": "GreaterOrEqual", "copysign": "CopySign", "scale": "Scale",
-          "reshape": "Reshape", "neg": "Neg"}
+          "less": "Less", "greater": "Greater", "ge": "GreaterOrEqual", "copysign": "CopySign",
+          "scale": "Scale", "neg": "Neg"}
 
 
 def _parts(n: NodeCtx) -> tuple[Cx, Any, Any, Any]:
@@ -228,13 +229,17 @@ def _with_derivative(n: NodeCtx, w: Cx, z: Cx, d: Cx) -> Cx:
 
 @cx_rule("aten.pow.Tensor_Scalar")
 def pow_scalar(n: NodeCtx) -> Any:
-    """z ** k for the exponents ATen's pow_tensor_scalar computes without std::pow (products,
-    the reciprocal, sqrt, rsqrt) and 1; any other exponent goes through std::pow's
-    exp(k log z), whose zeros and infinities (glibc's cpow) are not matched: refused."""
-    z, k = _arg_cx(n, 0), n.arg(1, "exponent")
-    k = complex(k)
+    """z ** k: for the exponents ATen's pow_tensor_scalar computes without std::pow, products,
+    the reciprocal, sqrt and rsqrt (and z itself); for any other, std::pow's (_power). An
+    exponent tensor (aten.pow.Tensor_Tensor, pow.Scalar) stays refused: of OpInfo pow's large
+    values (a base of 1e20, an exponent of 1e20 i) the angle w log z is 7e20 radians, where
+    the infinities' signs are rounding's, even torch's float64 and numpy's differing."""
+    z, k = _arg_cx(n, 0), complex(n.arg(1, "exponent"))
+    if abs(k) > 2.0 ** 20 or not math.isfinite(abs(k)):
+        raise Unsupported(f"{n.op} (a complex tensor to the power {k}: exp(k log z)'s angle "
+                          "has no correct digit)")
     if k.imag != 0 or k.real not in (1, 2, 3, -1, -2, 0.5, -0.5):
-        raise Unsupported(f"{n.op} (a complex tensor to the power {n.arg(1, 'exponent')})")
+        return _power(n, z, _promote(n, k, n.dtype(z.v)))
     k = k.real
     if k == 1:
         return z
@@ -245,3 +250,56 @@ def pow_scalar(n: NodeCtx) -> Any:
     for _ in range(int(abs(k)) - 1):
         p = _times(n, p, z)
     return p if k > 0 else _quotient(n, 1.0, p)
+
+
+def _power(n: NodeCtx, z: Cx, w: Cx) -> Cx:
+    """std::pow of complex numbers, glibc's cpow: exp(w log z), computed in float64 and
+    rounded: the angle w log z of a large base or exponent (OpInfo pow's 1e20 and 5e6) has no
+    correct digit in float32, nor then the signs of an overflowed result's infinities."""
+    real = n.dtype(z.v)
+    if real == "float64":
+        return _wide_power(n, z, w)
+    z, w = (Cx(n.emit1("Cast", [v.v], {"to": "float64"})) for v in (z, w))
+    return Cx(n.emit1("Cast", [_wide_power(n, z, w).v], {"to": real}))
+
+
+def _wide_power(n: NodeCtx, z: Cx, w: Cx) -> Cx:
+    """exp(w log z) in z's dtype. A base 0 (whose log is -inf) gives 0 where Re w > 0,
+    (inf, NaN) where Re w < 0, NaN where Re w = 0; torch's gradient there is 0 or NaN
+    (pow_backward: w 0^(w - 1) is 0 where Re w > 1 or w = 0; log(0) 0^w is 0 where w is real
+    and not negative): the formula runs on a base of 1 there, and _nan_gradient gives the
+    NaNs."""
+    real = n.dtype(z.v)
+    u = _ops(n, real)
+    x, y = _planes(n, z)
+    wr, wi = _planes(n, w)
+    zero = n.emit1("And", [u.equal(x, u.c(0.0)), u.equal(y, u.c(0.0))])
+    safe = Cx(u.where(_column(n, zero), n.const([1.0, 0.0], real), z.v))
+    lr, li = _log(n, safe)
+    e = _exp(n, _joined(n, u.sub(u.mul(wr, lr), u.mul(wi, li)),
+                        u.add(u.mul(wr, li), u.mul(wi, lr))))
+    nan = n.const(float("nan"), real)
+    at_zero = _joined(n, u.where(u.greater(wr, u.c(0.0)), u.c(0.0),
+                                 u.where(u.less(wr, u.c(0.0)), u.c(float("inf")), nan)),
+                      u.where(u.greater(wr, u.c(0.0)), u.c(0.0), nan))
+    v = u.where(_column(n, zero), at_zero.v, e.v)
+    w_zero = n.emit1("And", [u.equal(wr, u.c(0.0)), u.equal(wi, u.c(0.0))])
+    flat = n.emit1("Or", [u.greater(wr, u.c(1.0)), w_zero])
+    nan_z = n.emit1("And", [zero, n.emit1("Not", [flat])])
+    real_w = n.emit1("And", [u.equal(wi, u.c(0.0)), u.ge(wr, u.c(0.0))])
+    nan_w = n.emit1("And", [zero, n.emit1("Not", [real_w])])
+    return Cx(u.add(u.add(v, _nan_gradient(n, z, nan_z)), _nan_gradient(n, w, nan_w)))
+
+
+def _column(n: NodeCtx, mask: Any) -> Any:
+    """A mask of a complex value's shape as one over its planes (a trailing 1)."""
+    return n.emit1("Reshape", [mask], {"shape": [*n.shape(mask), 1]})
+
+
+def _nan_gradient(n: NodeCtx, z: Cx, mask: Any) -> Any:
+    """Zeros of z's planes whose gradient with respect to z is NaN where `mask`, 0 elsewhere:
+    sqrt(z - z) (0, of infinite derivative) times 0, its backward 0 / 0."""
+    real = n.dtype(z.v)
+    u = _ops(n, real)
+    d = u.where(_column(n, mask), u.sub(z.v, n.emit1("StopGradient", [z.v])), u.c(1.0))
+    return u.mul(u.sqrt(u.add(d, u.c(0.0))), u.c(0.0))
