@@ -214,15 +214,101 @@ def tanh(n: NodeCtx) -> Any:
     return _with_derivative(n, w, z, Cx(d))
 
 
-def _with_derivative(n: NodeCtx, w: Cx, z: Cx, d: Cx) -> Cx:
+def _with_derivative(n: NodeCtx, w: Cx, z: Cx, d: Cx, pole: bool = False) -> Cx:
     """w, the value of a holomorphic function at z, whose derivative there is d: w held, plus
     d z less its held self (0), d held, so that the gradient is conj(d) times the cotangent,
-    torch's backward formula, rather than the derivative of w's formula."""
+    torch's backward formula, rather than the derivative of w's formula. Where d is not
+    finite (a branch point or a pole, where it is c10's 1 / 0, (inf, NaN)), the gradient is
+    torch's there: NaN where torch multiplies by d, the cotangent over +0 (`pole`: torch
+    divides by 1 / d) (_singular)."""
     u = _ops(n, n.dtype(z.v))
-    held = Cx(n.emit1("StopGradient", [d.v]))
+    dr, di = _planes(n, d)
+    finite = n.emit1("And", [n.emit1("IsFinite", [dr]), n.emit1("IsFinite", [di])])
+    held = Cx(u.where(_column(n, finite), n.emit1("StopGradient", [d.v]), u.c(0.0)))
     line = _times(n, held, z)
-    return Cx(u.add(n.emit1("StopGradient", [w.v]),
-                    u.sub(line.v, n.emit1("StopGradient", [line.v]))))
+    step = u.sub(line.v, n.emit1("StopGradient", [line.v]))
+    step = u.where(n.emit1("IsNaN", [step]), u.c(0.0), step)  # z itself not finite
+    jump = _singular(n, z, n.emit1("Not", [finite]), nan=not pole)
+    return Cx(u.add(u.add(n.emit1("StopGradient", [w.v]), step), jump))
+
+
+def _one_plus_square(n: NodeCtx, x: Any, y: Any, sign: float) -> Cx:
+    """1 + sign z^2 with its real part's cancellation near z^2 = -sign exact-ish:
+    1 + (x^2 - y^2) is (1 - y)(1 + y) + x^2, 1 - (x^2 - y^2) is (1 - x)(1 + x) + y^2."""
+    u = _ops(n, n.dtype(x))
+    a, b = (y, x) if sign > 0 else (x, y)
+    re = u.add(u.mul(u.sub(u.c(1.0), a), u.add(u.c(1.0), a)), u.mul(b, b))
+    return _joined(n, re, u.scale(u.mul(x, y), factor=2.0 * sign))
+
+
+def _asinh(n: NodeCtx, x: Any, y: Any) -> tuple[Any, Any]:
+    """asinh(x + iy)'s planes: log(w + sqrt(w^2 + 1)) of w = z or -z, the one of Re w >= +0
+    (no cancellation in w + sqrt), then the sign given back (asinh is odd); sqrt's and log's
+    cuts give the cut on the imaginary axis past +-i glibc's signed zeros."""
+    u = _ops(n, n.dtype(x))
+    s = u.copysign(u.c(1.0), x)
+    xw, yw = u.mul(x, s), u.mul(y, s)
+    root = _sqrt(n, _one_plus_square(n, xw, yw, 1.0))
+    re, im = _log(n, _joined(n, u.add(xw, root[0]), u.add(yw, root[1])))
+    return u.mul(re, s), u.mul(im, s)
+
+
+def _atanh(n: NodeCtx, x: Any, y: Any) -> tuple[Any, Any]:
+    """atanh(x + iy)'s planes, glibc's catanh: the real part a quarter of log1p(4x / den),
+    den = (1 - x)^2 + y^2, or of log(((1 + x)^2 + y^2) / den) where that ratio is below 1/2
+    (near -1); the imaginary part half of atan2(2y, (1 - x)(1 + x) - y^2)."""
+    u = _ops(n, n.dtype(x))
+    one = u.c(1.0)
+    den = u.add(u.mul(u.sub(one, x), u.sub(one, x)), u.mul(y, y))
+    num = u.add(u.mul(u.add(one, x), u.add(one, x)), u.mul(y, y))
+    f = u.div(num, den)
+    near = u.less(f, u.c(0.5))
+    re = u.where(near, u.log(f), u.log1p(u.div(u.scale(x, factor=4.0), den)))
+    im = u.atan2(u.scale(y, factor=2.0),
+                 u.sub(u.mul(u.sub(one, x), u.add(one, x)), u.mul(y, y)))
+    return u.scale(re, factor=0.25), u.scale(im, factor=0.5)
+
+
+@cx_rule("aten.asinh.default", "aten.asin.default", "aten.acos.default",
+         "aten.acosh.default", "aten.atanh.default", "aten.atan.default")
+def inverse(n: NodeCtx) -> Any:
+    """asinh and atanh (_asinh, _atanh); asin z = -i asinh(iz) and atan z = -i atanh(iz) (as
+    glibc's casin, catan), acos z = pi/2 - asin z, acosh z = +-i acos z, the sign making its
+    real part non-negative (as C99's cacosh, the cut's zeros included). The derivatives are
+    torch's formulas (_with_derivative)."""
+    z, x, y, u = _parts(n)
+    name = n.op.split(".")[1]
+    if name in ("asinh", "atanh"):
+        w = _joined(n, *(_asinh if name == "asinh" else _atanh)(n, x, y))
+    else:
+        re, im = (_atanh if name == "atan" else _asinh)(n, u.neg(y), x)  # iz = -y + ix
+        w = _joined(n, im, u.neg(re))
+        if name in ("acos", "acosh"):
+            a, b = u.sub(u.c(math.pi / 2), im), re  # acos z = (pi/2 - asin re, -asin im)
+            s = u.copysign(u.c(1.0), b)
+            w = _joined(n, a, b) if name == "acos" else _joined(n, u.mul(b, s), u.neg(
+                u.mul(a, s)))
+    return _with_derivative(n, w, z, _inverse_derivative(n, name, z, x, y),
+                            pole=name in ("atan", "atanh"))
+
+
+def _inverse_derivative(n: NodeCtx, name: str, z: Cx, x: Any, y: Any) -> Cx:
+    """torch's derivative of the inverse function `name` at z: 1 / sqrt(1 - z^2) (asin; acos
+    its negative), 1 / sqrt(z^2 + 1) (asinh), 1 / (sqrt(z - 1) sqrt(z + 1)) (acosh),
+    1 / (1 + z^2) (atan), 1 / (1 - z^2) (atanh)."""
+    real = n.dtype(z.v)
+    if name == "acosh":
+        below, above = (Cx(n.emit1("Add", [z.v, n.const([c, 0.0], real)])) for c in (-1.0, 1.0))
+        return _quotient(n, 1.0, _times(n, _joined(n, *_sqrt(n, below)),
+                                        _joined(n, *_sqrt(n, above))))
+    sign = 1.0 if name in ("asinh", "atan") else -1.0
+    base = _one_plus_square(n, x, y, sign)
+    # torch's 1 +- z^2 adds the 1's imaginary +0: on the cut its zero is +0 (-0 + 0)
+    re, im = _planes(n, base)
+    base = _joined(n, re, n.emit1("Add", [im, n.const(0.0, real)]))
+    if name in ("asin", "acos", "asinh"):
+        base = _joined(n, *_sqrt(n, base))
+    return _quotient(n, -1.0 if name == "acos" else 1.0, base)
 
 
 # ---- powers ----------------------------------------------------------------------------------
@@ -267,7 +353,7 @@ def _wide_power(n: NodeCtx, z: Cx, w: Cx) -> Cx:
     """exp(w log z) in z's dtype. A base 0 (whose log is -inf) gives 0 where Re w > 0,
     (inf, NaN) where Re w < 0, NaN where Re w = 0; torch's gradient there is 0 or NaN
     (pow_backward: w 0^(w - 1) is 0 where Re w > 1 or w = 0; log(0) 0^w is 0 where w is real
-    and not negative): the formula runs on a base of 1 there, and _nan_gradient gives the
+    and not negative): the formula runs on a base of 1 there, and _singular gives the
     NaNs."""
     real = n.dtype(z.v)
     u = _ops(n, real)
@@ -288,7 +374,7 @@ def _wide_power(n: NodeCtx, z: Cx, w: Cx) -> Cx:
     nan_z = n.emit1("And", [zero, n.emit1("Not", [flat])])
     real_w = n.emit1("And", [u.equal(wi, u.c(0.0)), u.ge(wr, u.c(0.0))])
     nan_w = n.emit1("And", [zero, n.emit1("Not", [real_w])])
-    return Cx(u.add(u.add(v, _nan_gradient(n, z, nan_z)), _nan_gradient(n, w, nan_w)))
+    return Cx(u.add(u.add(v, _singular(n, z, nan_z)), _singular(n, w, nan_w)))
 
 
 def _column(n: NodeCtx, mask: Any) -> Any:
@@ -296,10 +382,12 @@ def _column(n: NodeCtx, mask: Any) -> Any:
     return n.emit1("Reshape", [mask], {"shape": [*n.shape(mask), 1]})
 
 
-def _nan_gradient(n: NodeCtx, z: Cx, mask: Any) -> Any:
-    """Zeros of z's planes whose gradient with respect to z is NaN where `mask`, 0 elsewhere:
-    sqrt(z - z) (0, of infinite derivative) times 0, its backward 0 / 0."""
+def _singular(n: NodeCtx, z: Cx, mask: Any, nan: bool = True) -> Any:
+    """Zeros of z's planes whose gradient with respect to z is, where `mask`, NaN (`nan`) or
+    the cotangent over +0 (c10's division by 0: +-inf, NaN where the cotangent is 0), and 0
+    elsewhere: sqrt(z - z) (0, of infinite derivative), times 0 for the NaN (0 / 0)."""
     real = n.dtype(z.v)
     u = _ops(n, real)
     d = u.where(_column(n, mask), u.sub(z.v, n.emit1("StopGradient", [z.v])), u.c(1.0))
-    return u.mul(u.sqrt(u.add(d, u.c(0.0))), u.c(0.0))
+    root = u.sqrt(u.add(d, u.c(0.0)))
+    return u.mul(root, u.c(0.0)) if nan else u.sub(root, n.emit1("StopGradient", [root]))
