@@ -3,8 +3,8 @@ the real and imaginary parts, in the formulas of c10's complex math (c10/util/co
 or glibc's (which c10 calls through std::), so that their principal branches, branch cuts and
 signed zeros are torch's:
 
-    log z    = log|z| + i atan2(y, x)      (|z| scaled: rules_complex._modulus; the cut on the
-                                            negative reals follows y's sign, as atan2's)
+    log z    = log|z| + i atan2(y, x)      (|z| scaled: rules_complex._unit_modulus; the cut on
+                                            the negative reals follows y's sign, as atan2's)
     sqrt z   = (t, y / 2t) for x >= 0, (|y| / 2t, copysign(t, y)) below, t = sqrt((|z| + |x|) / 2)
                computed on z / s times sqrt(s), s the larger plane (no square overflows)
     log1p z  = c10's: (log1p(x (2 + x) + y^2) / 2 or log|1 + z|, atan2(y, 1 + x))
@@ -14,14 +14,24 @@ signed zeros are torch's:
     tanh z   = (T (1 + t^2), t sech^2 x) / (1 + T^2 t^2), T = tanh x, t = tan y (tanh(x + iy)
                by the addition formula, the imaginary part's 1 - T^2 as sech^2 x: no
                cancellation, and no overflow where x is large), tan z = -i tanh(iz)
+    asinh z  = log(w + sqrt(w^2 + 1)), w = +-z of Re w >= +0, the sign given back; atanh glibc's
+               catanh; asin z = -i asinh(iz), atan z = -i atanh(iz), acos z = pi/2 - asin z,
+               acosh z = +-i acos z (Re >= 0)
     sigmoid  = 1 / (1 + e^-z) (ATen's), rsqrt = 1 / sqrt z
-    pow(z, k) for k in 2, 3, -1, -2, 0.5, -0.5 as ATen's pow_tensor_scalar: products, the
-               reciprocal, sqrt and rsqrt
+    z ** k   = for k in 2, 3, -1, -2, 0.5, -0.5 ATen's products, reciprocal, sqrt and rsqrt;
+               any other number std::pow's exp(k log z), in float64 (_power)
 
-Each is ops of the op table, so the gradient is the real ops' own: for these holomorphic
-functions the derivative of the planes, which is PyTorch's conjugate-Wirtinger gradient. A Where
-that guards a singular point (sqrt's t = 0, log1p's two branches) feeds each branch a finite
-input, so that the branch it does not pick passes no 0 * inf (a NaN) into the gradient.
+Everything is ops of the op table, so the reference interpreter, autodiff and the executors
+need nothing new. The gradient of sin, cos, sinh, cosh, expm1, sigmoid is the real ops' own:
+for a holomorphic function the derivative of the planes, PyTorch's conjugate-Wirtinger
+gradient. The others take torch's backward formula instead (_with_derivative: the value held,
+plus d (z - z), the derivative d held): differentiating tanh's formula loses digits near its
+poles, and torch's formula fixes what its gradient is at a branch point or pole (NaN, or the
+cotangent over 0), where the formula's own derivative is 0 / 0 or another infinity. A Where
+that guards a singular point feeds each branch a finite input, so that the branch it does not
+pick passes no 0 * inf (a NaN) into the gradient.
+
+Refused: pow of an exponent tensor (pow.Tensor_Tensor, pow.Scalar: pow_scalar's docstring).
 """
 
 from __future__ import annotations
@@ -85,19 +95,22 @@ def _log(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
 
 @cx_rule("aten.log.default", "aten.log2.default", "aten.log10.default")
 def log(n: NodeCtx) -> Any:
+    """log z (log2, log10: over ln 2, ln 10); the derivative torch's, 1 / (z ln b), whose
+    pole at 0 gives the cotangent over 0 (_with_derivative)."""
     z = _arg_cx(n, 0)
     re, im = _log(n, z)
-    base = {"aten.log2.default": 2.0, "aten.log10.default": 10.0}.get(n.op)
-    if base is None:
-        return _joined(n, re, im)
+    scale = 1.0 / math.log({"aten.log2.default": 2.0, "aten.log10.default": 10.0}.get(n.op,
+                                                                                     math.e))
     u = _ops(n, n.dtype(z.v))
-    return _joined(n, *(u.scale(p, factor=1.0 / math.log(base)) for p in (re, im)))
+    w = _joined(n, *(u.scale(p, factor=scale) for p in (re, im)))
+    return _with_derivative(n, w, z, _quotient(n, scale, z), pole=True)
 
 
 @cx_rule("aten.log1p.default")
 def log1p(n: NodeCtx) -> Any:
     """c10's log1p: near 0 (|z| < 1/2) log1p of x (2 + x) + y^2 halved (x itself where that
-    underflows to 0), else log|1 + z|; the angle atan2(y, 1 + x)."""
+    underflows to 0), else log|1 + z|; the angle atan2(y, 1 + x). The derivative torch's,
+    1 / (1 + z), its pole at -1 giving the cotangent over 0."""
     z, x, y, u = _parts(n)
     x1 = u.add(x, u.c(1.0))
     near = u.less(u.hypot(x, y), u.c(0.5))
@@ -105,7 +118,8 @@ def log1p(n: NodeCtx) -> Any:
     r = u.where(near, r, u.c(0.0))  # the far branch's r may reach -1, log1p's pole
     small = u.where(u.equal(r, u.c(0.0)), x, u.scale(u.log1p(r), factor=0.5))
     far = u.log(u.hypot(u.where(near, u.c(1.0), x1), y))
-    return _joined(n, u.where(near, small, far), u.atan2(y, x1))
+    w = _joined(n, u.where(near, small, far), u.atan2(y, x1))
+    return _with_derivative(n, w, z, _quotient(n, 1.0, _joined(n, x1, y)), pole=True)
 
 
 def _sqrt(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
@@ -126,21 +140,29 @@ def _sqrt(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
 
 @cx_rule("aten.sqrt.default")
 def sqrt(n: NodeCtx) -> Any:
-    return _joined(n, *_sqrt(n, _arg_cx(n, 0)))
+    """sqrt z; the derivative torch's, 1 / (2 sqrt z), the cotangent over 0 at 0."""
+    z = _arg_cx(n, 0)
+    w = _joined(n, *_sqrt(n, z))
+    return _with_derivative(n, w, z, _quotient(n, 0.5, w), pole=True)
 
 
 @cx_rule("aten.rsqrt.default")
 def rsqrt(n: NodeCtx) -> Any:
-    return _quotient(n, 1.0, _joined(n, *_sqrt(n, _arg_cx(n, 0))))
+    """1 / sqrt z; the derivative torch's, -w^3 / 2 of the result w (NaN at 0)."""
+    z = _arg_cx(n, 0)
+    w = _quotient(n, 1.0, _joined(n, *_sqrt(n, z)))
+    return _with_derivative(n, w, z, _times(n, _times(n, _times(n, w, w), w), -0.5))
 
 
 # ---- exponentials ------------------------------------------------------------------------------
 
 @cx_rule("aten.exp2.default")
 def exp2(n: NodeCtx) -> Any:
-    """2^z = e^(z ln 2), ATen's exp2 of a complex number."""
+    """2^z = e^(z ln 2), ATen's exp2 of a complex number; the derivative torch's, 2^z ln 2
+    (NaN where that overflows)."""
     z = _arg_cx(n, 0)
-    return _exp(n, Cx(_ops(n, n.dtype(z.v)).scale(z.v, factor=math.log(2.0))))
+    w = _exp(n, Cx(_ops(n, n.dtype(z.v)).scale(z.v, factor=math.log(2.0))))
+    return _with_derivative(n, w, z, _times(n, w, math.log(2.0)))
 
 
 def _exp(n: NodeCtx, z: Cx) -> Cx:
@@ -216,7 +238,7 @@ def tanh(n: NodeCtx) -> Any:
 
 def _with_derivative(n: NodeCtx, w: Cx, z: Cx, d: Cx, pole: bool = False) -> Cx:
     """w, the value of a holomorphic function at z, whose derivative there is d: w held, plus
-    d z less its held self (0), d held, so that the gradient is conj(d) times the cotangent,
+    d (z - z) (0), d and the second z held, so that the gradient is conj(d) times the cotangent,
     torch's backward formula, rather than the derivative of w's formula. Where d is not
     finite (a branch point or a pole, where it is c10's 1 / 0, (inf, NaN)), the gradient is
     torch's there: NaN where torch multiplies by d, the cotangent over +0 (`pole`: torch
@@ -225,8 +247,8 @@ def _with_derivative(n: NodeCtx, w: Cx, z: Cx, d: Cx, pole: bool = False) -> Cx:
     dr, di = _planes(n, d)
     finite = n.emit1("And", [n.emit1("IsFinite", [dr]), n.emit1("IsFinite", [di])])
     held = Cx(u.where(_column(n, finite), n.emit1("StopGradient", [d.v]), u.c(0.0)))
-    line = _times(n, held, z)
-    step = u.sub(line.v, n.emit1("StopGradient", [line.v]))
+    # d (z - z): 0, of derivative d (d z less its held self would overflow with d z)
+    step = _times(n, held, Cx(u.sub(z.v, n.emit1("StopGradient", [z.v])))).v
     step = u.where(n.emit1("IsNaN", [step]), u.c(0.0), step)  # z itself not finite
     jump = _singular(n, z, n.emit1("Not", [finite]), nan=not pole)
     return Cx(u.add(u.add(n.emit1("StopGradient", [w.v]), step), jump))
@@ -324,11 +346,28 @@ def pow_scalar(n: NodeCtx) -> Any:
     if abs(k) > 2.0 ** 20 or not math.isfinite(abs(k)):
         raise Unsupported(f"{n.op} (a complex tensor to the power {k}: exp(k log z)'s angle "
                           "has no correct digit)")
-    if k.imag != 0 or k.real not in (1, 2, 3, -1, -2, 0.5, -0.5):
+    if k.imag != 0 or k.real not in _ATEN_POWERS:
         return _power(n, z, _promote(n, k, n.dtype(z.v)))
-    k = k.real
-    if k == 1:
+    if k.real == 1:
         return z
+    # the derivative torch's pow_backward, k z^(k - 1): NaN at 0 where that is 0 to a negative
+    # power (sqrt's own is +-inf there)
+    slope = _times(n, _aten_power(n, z, k.real - 1), k.real)
+    return _with_derivative(n, _aten_power(n, z, k.real), z, slope)
+
+
+# exponents ATen's pow_tensor_scalar computes by products, the reciprocal, sqrt or rsqrt
+_ATEN_POWERS = (1, 2, 3, -1, -2, 0.5, -0.5)
+
+
+def _aten_power(n: NodeCtx, z: Cx, k: float) -> Cx:
+    """z ** k as ATen's pow computes it: by products, the reciprocal, sqrt or rsqrt for
+    _ATEN_POWERS, 1 for 0, else std::pow (_power)."""
+    if k == 0:
+        return Cx(n.emit1("Add", [n.emit1("Mul", [z.v, n.const(0.0, n.dtype(z.v))]),
+                                  n.const([1.0, 0.0], n.dtype(z.v))]))
+    if k not in _ATEN_POWERS:
+        return _power(n, z, _promote(n, k, n.dtype(z.v)))
     if abs(k) == 0.5:
         root = _joined(n, *_sqrt(n, z))
         return root if k > 0 else _quotient(n, 1.0, root)
