@@ -107,3 +107,28 @@ def test_diagonals_traces_and_diagonal_scatter():
     assert check_call(torch.trace, _randn(4, 3), dtype="complex64") == PASS
     assert check_call(lambda t, s: torch.diagonal_scatter(t, s, 1, 1, 2), z, _randn(2, 4),
                       dtype="complex64") == PASS
+
+
+def test_addmv_and_addbmm():
+    assert check_call(lambda b, m, v: torch.addmv(b, m, v, beta=2, alpha=1 - 1j), _randn(3),
+                      _randn(3, 4), _randn(4), dtype="complex64") == PASS
+    assert check_call(lambda b, x, y: torch.addbmm(b, x, y), _randn(3, 5), _randn(2, 3, 4),
+                      _randn(2, 4, 5), dtype="complex64") == PASS
+
+
+NAN = float("nan")
+ODD = torch.tensor([complex(NAN, 0), complex(0, NAN), complex(float("inf"), 1), 2j,
+                    complex(-0.0, 0.0), 0j, 1 + 0j, complex(1, float("-inf"))], dtype=C64)
+
+
+@pytest.mark.parametrize("fn", [torch.isnan, torch.isinf, torch.isfinite, torch.logical_not,
+                                lambda z: torch.logical_xor(z, z.flip(0)),
+                                lambda z: torch.eq(z, z.flip(0)), lambda z: torch.ne(z, 0),
+                                lambda z: z == 2j, torch.any, lambda z: z[4:6].all(),
+                                torch.count_nonzero],
+                         ids=["isnan", "isinf", "isfinite", "logical_not", "logical_xor", "eq",
+                              "ne", "eq_scalar", "any", "all", "count_nonzero"])
+def test_predicates_of_complex_numbers(fn):
+    """A NaN part makes a number NaN, non-zero and unequal to itself; -0 equals 0; a purely
+    imaginary number is true."""
+    assert check_call(fn, ODD, dtype="complex64") == PASS

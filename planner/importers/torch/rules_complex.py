@@ -370,6 +370,38 @@ def where(n: NodeCtx) -> Any:
                        _promote(n, n.arg(2, "other"), real)], {})
 
 
+@cx_rule("aten.isnan.default", "aten.isinf.default", "aten.isfinite.default")
+def classify(n: NodeCtx) -> Any:
+    """NaN or infinite where either part is (torch's), finite where both are."""
+    test, join = {"isnan": ("IsNaN", "Or"), "isinf": ("IsInf", "Or"),
+                  "isfinite": ("IsFinite", "And")}[n.op.split(".")[1]]
+    return n.emit1(join, [n.emit1(test, [p]) for p in _planes(n, _arg_cx(n, 0))])
+
+
+@cx_rule("aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar")
+def equal(n: NodeCtx) -> Any:
+    """Equal where both parts are (a NaN part never is), a real operand promoted."""
+    real = _real_of(n)
+    (ar, ai), (br, bi) = (_planes(n, _promote(n, n.arg(k, name), real))
+                          for k, name in ((0, "self"), (1, "other")))
+    same = n.emit1("And", [n.emit1("Equal", [ar, br]), n.emit1("Equal", [ai, bi])])
+    return same if n.op.startswith("aten.eq") else n.emit1("Not", [same])
+
+
+@cx_rule("aten.logical_not.default", "aten.logical_and.default", "aten.logical_or.default",
+         "aten.logical_xor.default", "aten.any.default", "aten.any.dim", "aten.any.dims",
+         "aten.all.default", "aten.all.dim", "aten.all.dims")
+def truth(n: NodeCtx) -> Any:
+    """The real rule on each complex operand's truth: a part non-zero (NaN is)."""
+    def nonzero(v: Any) -> Any:
+        if not isinstance(v, Cx):
+            return v
+        return n.emit1("Or", [n.emit1("NotEqual", [p, n.const(0.0, n.dtype(v.v))])
+                              for p in _planes(n, v)])
+
+    return _real_rule(n, [nonzero(a) for a in n.args], n.kwargs)
+
+
 @cx_rule("aten._assert_tensor_metadata.default")
 def assert_metadata(n: NodeCtx) -> Any:
     """The dtype check export writes before a `.to()` of a complex tensor: the real rule's."""
@@ -407,12 +439,12 @@ def _operand(n: NodeCtx, k: int, name: str) -> Any:
     return v if isinstance(v, Cx) else n.tensor(k)
 
 
-@cx_rule("aten.addmm.default")
+@cx_rule("aten.addmm.default", "aten.addmv.default", "aten.addbmm.default")
 def addmm(n: NodeCtx) -> Any:
-    """beta input + alpha (m1 @ m2), alpha and beta complex numbers or real; input is not read
-    where beta is 0 (torch's: a NaN there does not reach the result)."""
-    y = _bilinear(n, _operand(n, 1, "mat1"), _operand(n, 2, "mat2"),
-                  lambda x, w: n.emit1("MatMul", [x, w]))
+    """beta input + alpha (m1 @ m2) (addmv: a matrix times a vector; addbmm: the sum of a
+    batch's products), alpha and beta complex numbers or real; input is not read where beta is
+    0 (torch's: a NaN there does not reach the result)."""
+    y = _bilinear(n, _operand(n, 1, "mat1"), _operand(n, 2, "mat2"), _product_of(n))
     beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
     if alpha != 1:
         y = _times(n, y, alpha)
@@ -420,6 +452,26 @@ def addmm(n: NodeCtx) -> Any:
         return y
     bias = _promote(n, n.arg(0, "self"), _real_of(n))
     return Cx(n.emit1("Add", [y.v, (bias if beta == 1 else _times(n, bias, beta)).v]))
+
+
+def _product_of(n: NodeCtx) -> Callable[[Any, Any], Any]:
+    """The real product of addmm, addmv or addbmm (n's op) of two real operands."""
+    from planner.importers.torch.rules_products import reshape_to
+
+    def mv(mat: Any, vec: Any) -> Any:
+        (k,) = n.shape(vec)
+        y = n.emit1("MatMul", [mat, reshape_to(n, vec, (k, 1))])
+        return reshape_to(n, y, n.shape(mat)[:1])
+
+    def bmm_sum(b1: Any, b2: Any) -> Any:  # b1 as [N, B*K] (the batch inside), b2 [B*K, P]
+        (b, rows, k), cols = n.shape(b1), n.shape(b2)[2]
+        a = reshape_to(n, n.emit1("Transpose", [b1], {"perm": [1, 0, 2]}), (rows, b * k))
+        return n.emit1("MatMul", [a, reshape_to(n, b2, (b * k, cols))])
+
+    if n.op == "aten.addmv.default":
+        return mv
+    return bmm_sum if n.op == "aten.addbmm.default" else \
+        (lambda x, w: n.emit1("MatMul", [x, w]))
 
 
 @cx_rule("aten.linear.default")
