@@ -132,3 +132,34 @@ def test_predicates_of_complex_numbers(fn):
     """A NaN part makes a number NaN, non-zero and unequal to itself; -0 equals 0; a purely
     imaginary number is true."""
     assert check_call(fn, ODD, dtype="complex64") == PASS
+
+
+def test_a_complex_tensor_padded_with_a_number():
+    """Each plane padded with its part of the value (torch.export takes a real one only)."""
+    assert check_call(lambda z: torch.nn.functional.pad(z, (1, 2, 0, 1), value=-1.5),
+                      _randn(2, 3), dtype="complex64") == PASS
+
+
+def test_the_running_product_of_an_odd_length_with_a_zero():
+    z = _randn(2, 7)
+    z[0, 2] = 0
+    assert check_call(lambda t: torch.cumprod(t, 1), z, dtype="complex64") == PASS
+
+
+def test_sinc_at_zero_and_around_it():
+    z = torch.tensor([0j, 1e-3 + 1e-3j, 0.5 - 2j, -3 + 0j, complex(0.0, -0.0), 2j], dtype=C64)
+    assert check_call(torch.sinc, z, dtype="complex64") == PASS
+
+
+@pytest.mark.parametrize("weight", [0.25, 0.75, 0.3 - 0.6j], ids=str)
+def test_lerp_by_a_number(weight):
+    assert check_call(lambda a, b: torch.lerp(a, b, weight), _randn(3, 4), _randn(4),
+                      dtype="complex64") == PASS
+
+
+def test_lerp_by_a_complex_tensor_and_the_distances():
+    a, b = _randn(3, 4), _randn(3, 4)
+    assert check_call(torch.lerp, a, b, _randn(4), dtype="complex64") == PASS
+    b[1, 1] = a[1, 1]  # a zero difference: the modulus's gradient 0 there, as torch's sgn
+    assert check_call(torch.nn.functional.l1_loss, a, b, dtype="complex64") == PASS
+    assert check_call(lambda x, y: torch.dist(x, y, 3), a, b, dtype="complex64") == PASS

@@ -487,6 +487,35 @@ def linear(n: NodeCtx) -> Any:
     return Cx(n.emit1("Add", [y.v, _promote(n, bias, _real_of(n)).v]))
 
 
+@cx_rule("aten.lerp.Scalar", "aten.lerp.Tensor")
+def lerp(n: NodeCtx) -> Any:
+    """start + weight (end - start), the weight a number (real or complex) or a tensor; torch's
+    other form for weights past 1/2, end - (end - start)(1 - weight), is the same number but
+    for rounding."""
+    real = _real_of(n)
+    a, b = (_promote(n, n.arg(k, name), real) for k, name in ((0, "self"), (1, "end")))
+    weight = n.arg(2, "weight")
+    if not isinstance(weight, (int, float, complex)):
+        weight = _promote(n, weight, real)
+    step = _times(n, Cx(n.emit1("Sub", [b.v, a.v])), weight)
+    return Cx(n.emit1("Add", [a.v, step.v]))
+
+
+@cx_rule("aten.l1_loss.default", "aten.dist.default")
+def distance(n: NodeCtx) -> Any:
+    """|a - b| (the modulus, whose gradient at 0 is 0 as torch's sgn), reduced as l1_loss's
+    reduction, or its p-norm (dist)."""
+    from planner.importers.torch.rules_losses import _reduce, _reduction
+    from planner.importers.torch.rules_products import _norm
+
+    real = _real_of(n)
+    a, b = (_promote(n, n.arg(k, name), real) for k, name in ((0, "self"), (1, "other")))
+    size = _modulus(n, Cx(n.emit1("Sub", [a.v, b.v])))
+    if n.op == "aten.l1_loss.default":
+        return _reduce(n, size, _reduction(n, 2))
+    return n.emit1("Reshape", [_norm(n, size, float(n.arg(2, "p", 2)), [])], {"shape": []})
+
+
 @cx_rule("aten.var.correction", "aten.var_mean.correction")
 def var(n: NodeCtx) -> Any:
     """The variance of complex values, the mean of |z - mean|^2, is the real part's plus the
@@ -517,6 +546,26 @@ def prod(n: NodeCtx) -> Any:
     if not keep:
         shape = [s for k, s in enumerate(n.shape(z.v)) if k != dim]
         z = Cx(n.emit1("Reshape", [z.v], {"shape": shape}))
+    return z
+
+
+@cx_rule("aten.cumprod.default")
+def cumprod(n: NodeCtx) -> Any:
+    """The running product along a dim, by doubling (Hillis and Steele's scan): after the
+    step of shift s each element is the product of the 2s up to it, p[k] times p[k - s]."""
+    z, rank = _arg_cx(n, 0), _rank(n)
+    if rank == 0:
+        return z
+    dim = _dim(n.arg(1, "dim"), rank)
+    length, shift = n.shape(z.v)[dim], 1
+
+    def part(v: Cx, start: int, end: int) -> Cx:
+        return Cx(n.emit1("Slice", [v.v], {"starts": [start], "ends": [end], "axes": [dim]}))
+
+    while shift < length:
+        later = _times(n, part(z, shift, length), part(z, 0, length - shift))
+        z = Cx(n.emit1("Concat", [part(z, 0, shift).v, later.v], {"axis": dim}))
+        shift *= 2
     return z
 
 
@@ -731,10 +780,16 @@ def pad(n: NodeCtx) -> Any:
     if "constant" not in n.op:
         return _lifted(n, [n.arg(0, "self"), [0, 0, *n.ints(1, "padding")]], {})
     value = complex(n.arg(2, "value", 0.0))
-    if value != 0:
-        raise Unsupported(f"{n.op} (a complex tensor padded with {value})")
-    args = [n.arg(0, "self"), [0, 0, *n.ints(1, "pad")], 0.0]
-    return _lifted(n, args, {})
+    if value == 0:
+        return _lifted(n, [n.arg(0, "self"), [0, 0, *n.ints(1, "pad")], 0.0], {})
+    # another value: each plane padded with its part of it
+    pads = n.ints(1, "pad")
+    shape = None if n.out_shape is None else tuple(n.out_shape)
+    parts = [RULES[n.op](NodeCtx(n.imp, n.label, n.op, [p, pads, part], {}, shape,
+                                 n._dropouts, _real_of(n), n.node, n.module, n._values))
+             for p, part in zip(_planes(n, _arg_cx(n, 0)), (value.real, value.imag),
+                                strict=True)]
+    return _joined(n, *parts)
 
 
 @cx_rule("aten.diagonal.default", "aten.diagonal_copy.default")

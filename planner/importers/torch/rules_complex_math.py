@@ -200,14 +200,36 @@ def sin_cos(n: NodeCtx) -> Any:
     _, x, y, u = _parts(n)
     name = n.op.split(".")[1]
     if name in ("sin", "cos"):
-        s, c, sh, ch = u.sin(x), u.cos(x), u.sinh(y), u.cosh(y)
-        if name == "sin":
-            return _joined(n, u.mul(s, ch), u.mul(c, sh))
-        return _joined(n, u.mul(c, ch), u.neg(u.mul(s, sh)))
+        return _joined(n, *_sin_cos(n, x, y)[name == "cos"])
     sh, ch, s, c = u.sinh(x), u.cosh(x), u.sin(y), u.cos(y)
     if name == "sinh":
         return _joined(n, u.mul(sh, c), u.mul(ch, s))
     return _joined(n, u.mul(ch, c), u.mul(sh, s))
+
+
+def _sin_cos(n: NodeCtx, x: Any, y: Any) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """The planes of sin(x + iy) and of cos(x + iy)."""
+    u = _ops(n, n.dtype(x))
+    s, c, sh, ch = u.sin(x), u.cos(x), u.sinh(y), u.cosh(y)
+    return (u.mul(s, ch), u.mul(c, sh)), (u.mul(c, ch), u.neg(u.mul(s, sh)))
+
+
+@cx_rule("aten.sinc.default")
+def sinc(n: NodeCtx) -> Any:
+    """sin(pi z) / (pi z), 1 at 0 (ATen's); the derivative torch's sinc_backward,
+    (pi z cos(pi z) - sin(pi z)) / (pi z^2), 0 where pi z^2 is 0: both on a z of 1 there."""
+    z, x, y, u = _parts(n)
+    real = n.dtype(z.v)
+    zero = _column(n, n.emit1("And", [u.equal(x, u.c(0.0)), u.equal(y, u.c(0.0))]))
+    safe = Cx(u.where(zero, n.const([1.0, 0.0], real), z.v))
+    q = Cx(u.scale(safe.v, factor=math.pi))
+    sine, cosine = (_joined(n, *p) for p in _sin_cos(n, *_planes(n, q)))
+    one = n.const([1.0, 0.0], real)
+    w = Cx(u.where(zero, one, _quotient(n, sine, q).v))
+    top = u.sub(_times(n, q, cosine).v, sine.v)
+    slope = _quotient(n, Cx(top), _times(n, _times(n, safe, safe), math.pi))
+    d = Cx(u.where(zero, u.c(0.0), slope.v))
+    return _with_derivative(n, w, z, d)
 
 
 def _tanh(n: NodeCtx, x: Any, y: Any, u: Any) -> tuple[Any, Any]:
