@@ -7,8 +7,13 @@ one more, trailing, axis of 2: its real then its imaginary part, the layout of
 the planner has: a product is (ac - bd, ad + bc) of Slices, Muls, Sub, Add and a Concat,
 `conj` a Mul by (1, -1), `abs` a 2-norm over the planes (scaled), `angle` an Atan2, `polar` a Mul by
 Cos and Sin; the ops that only move elements (view, permute, slice, cat, pad, copy,
-slice_scatter, ...) are the real rules run on the planes with their dims kept off the trailing
-axis.
+slice_scatter, diagonal, diagonal_scatter, ...) are the real rules run on the planes with their
+dims kept off the trailing axis. A matrix product (mm, bmm, matmul, addmm, addmv, addbmm,
+linear) is four real ones; prod and cumprod trees or doubling scans of complex products; var
+(and std) the real parts' variance plus the imaginary parts'; a predicate (isnan, eq, any,
+logical_and, ...) of the two parts'. The elementary functions (log, sqrt, pow by a number,
+sin, tanh, asinh, sigmoid, sinc, ...) are in rules_complex_math.py, with their branch cuts,
+signed zeros and singular gradients torch's.
 
 The DFT (`aten._fft_r2c`, `_fft_c2c`, `_fft_c2r`, which torch.fft's fft, ifft, rfft, irfft,
 hfft, ihfft, fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their
