@@ -10,10 +10,10 @@ Cos and Sin; the ops that only move elements (view, permute, slice, cat, pad, co
 slice_scatter, diagonal, diagonal_scatter, ...) are the real rules run on the planes with their
 dims kept off the trailing axis. A matrix product (mm, bmm, matmul, addmm, addmv, addbmm,
 linear) is four real ones; prod and cumprod trees or doubling scans of complex products; var
-(and std) the real parts' variance plus the imaginary parts'; a predicate (isnan, eq, any,
-logical_and, ...) of the two parts'. The elementary functions (log, sqrt, pow by a number,
-sin, tanh, asinh, sigmoid, sinc, ...) are in rules_complex_math.py, with their branch cuts,
-signed zeros and singular gradients torch's.
+(and std) the real parts' variance plus the imaginary parts'. The elementary functions (log,
+sqrt, pow by a number, sin, tanh, asinh, sigmoid, sinc, ...) are in rules_complex_math.py,
+with their branch cuts, signed zeros and singular gradients torch's, beside the predicates
+(isnan, eq, any, logical_and, ...: of the two parts), lerp, l1_loss and dist.
 
 The DFT (`aten._fft_r2c`, `_fft_c2c`, `_fft_c2r`, which torch.fft's fft, ifft, rfft, irfft,
 hfft, ihfft, fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their
@@ -375,38 +375,6 @@ def where(n: NodeCtx) -> Any:
                        _promote(n, n.arg(2, "other"), real)], {})
 
 
-@cx_rule("aten.isnan.default", "aten.isinf.default", "aten.isfinite.default")
-def classify(n: NodeCtx) -> Any:
-    """NaN or infinite where either part is (torch's), finite where both are."""
-    test, join = {"isnan": ("IsNaN", "Or"), "isinf": ("IsInf", "Or"),
-                  "isfinite": ("IsFinite", "And")}[n.op.split(".")[1]]
-    return n.emit1(join, [n.emit1(test, [p]) for p in _planes(n, _arg_cx(n, 0))])
-
-
-@cx_rule("aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar")
-def equal(n: NodeCtx) -> Any:
-    """Equal where both parts are (a NaN part never is), a real operand promoted."""
-    real = _real_of(n)
-    (ar, ai), (br, bi) = (_planes(n, _promote(n, n.arg(k, name), real))
-                          for k, name in ((0, "self"), (1, "other")))
-    same = n.emit1("And", [n.emit1("Equal", [ar, br]), n.emit1("Equal", [ai, bi])])
-    return same if n.op.startswith("aten.eq") else n.emit1("Not", [same])
-
-
-@cx_rule("aten.logical_not.default", "aten.logical_and.default", "aten.logical_or.default",
-         "aten.logical_xor.default", "aten.any.default", "aten.any.dim", "aten.any.dims",
-         "aten.all.default", "aten.all.dim", "aten.all.dims")
-def truth(n: NodeCtx) -> Any:
-    """The real rule on each complex operand's truth: a part non-zero (NaN is)."""
-    def nonzero(v: Any) -> Any:
-        if not isinstance(v, Cx):
-            return v
-        return n.emit1("Or", [n.emit1("NotEqual", [p, n.const(0.0, n.dtype(v.v))])
-                              for p in _planes(n, v)])
-
-    return _real_rule(n, [nonzero(a) for a in n.args], n.kwargs)
-
-
 @cx_rule("aten._assert_tensor_metadata.default")
 def assert_metadata(n: NodeCtx) -> Any:
     """The dtype check export writes before a `.to()` of a complex tensor: the real rule's."""
@@ -490,35 +458,6 @@ def linear(n: NodeCtx) -> Any:
     if bias is None:
         return y
     return Cx(n.emit1("Add", [y.v, _promote(n, bias, _real_of(n)).v]))
-
-
-@cx_rule("aten.lerp.Scalar", "aten.lerp.Tensor")
-def lerp(n: NodeCtx) -> Any:
-    """start + weight (end - start), the weight a number (real or complex) or a tensor; torch's
-    other form for weights past 1/2, end - (end - start)(1 - weight), is the same number but
-    for rounding."""
-    real = _real_of(n)
-    a, b = (_promote(n, n.arg(k, name), real) for k, name in ((0, "self"), (1, "end")))
-    weight = n.arg(2, "weight")
-    if not isinstance(weight, (int, float, complex)):
-        weight = _promote(n, weight, real)
-    step = _times(n, Cx(n.emit1("Sub", [b.v, a.v])), weight)
-    return Cx(n.emit1("Add", [a.v, step.v]))
-
-
-@cx_rule("aten.l1_loss.default", "aten.dist.default")
-def distance(n: NodeCtx) -> Any:
-    """|a - b| (the modulus, whose gradient at 0 is 0 as torch's sgn), reduced as l1_loss's
-    reduction, or its p-norm (dist)."""
-    from planner.importers.torch.rules_losses import _reduce, _reduction
-    from planner.importers.torch.rules_products import _norm
-
-    real = _real_of(n)
-    a, b = (_promote(n, n.arg(k, name), real) for k, name in ((0, "self"), (1, "other")))
-    size = _modulus(n, Cx(n.emit1("Sub", [a.v, b.v])))
-    if n.op == "aten.l1_loss.default":
-        return _reduce(n, size, _reduction(n, 2))
-    return n.emit1("Reshape", [_norm(n, size, float(n.arg(2, "p", 2)), [])], {"shape": []})
 
 
 @cx_rule("aten.var.correction", "aten.var_mean.correction")

@@ -31,6 +31,9 @@ cotangent over 0), where the formula's own derivative is 0 / 0 or another infini
 that guards a singular point feeds each branch a finite input, so that the branch it does not
 pick passes no 0 * inf (a NaN) into the gradient.
 
+Beside them, the other elementwise functions of complex numbers: the predicates (isnan, eq,
+logical_and, any, ...: of the two parts), lerp, and the distances |a - b| (l1_loss, dist).
+
 Refused: pow of an exponent tensor (pow.Tensor_Tensor, pow.Scalar: pow_scalar's docstring).
 """
 
@@ -45,9 +48,12 @@ from planner.importers.torch.rules_complex import (
     Cx,
     _arg_cx,
     _joined,
+    _modulus,
     _planes,
     _promote,
     _quotient,
+    _real_of,
+    _real_rule,
     _times,
     _unit_modulus,
     cx_rule,
@@ -452,3 +458,66 @@ def _singular(n: NodeCtx, z: Cx, mask: Any, nan: bool = True) -> Any:
     d = u.where(_column(n, mask), u.sub(z.v, n.emit1("StopGradient", [z.v])), u.c(1.0))
     root = u.sqrt(u.add(d, u.c(0.0)))
     return u.mul(root, u.c(0.0)) if nan else u.sub(root, n.emit1("StopGradient", [root]))
+
+
+# ---- predicates, interpolation, distances ----------------------------------------------------
+
+@cx_rule("aten.isnan.default", "aten.isinf.default", "aten.isfinite.default")
+def classify(n: NodeCtx) -> Any:
+    """NaN or infinite where either part is (torch's), finite where both are."""
+    test, join = {"isnan": ("IsNaN", "Or"), "isinf": ("IsInf", "Or"),
+                  "isfinite": ("IsFinite", "And")}[n.op.split(".")[1]]
+    return n.emit1(join, [n.emit1(test, [p]) for p in _planes(n, _arg_cx(n, 0))])
+
+
+@cx_rule("aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar")
+def equal(n: NodeCtx) -> Any:
+    """Equal where both parts are (a NaN part never is), a real operand promoted."""
+    real = _real_of(n)
+    (ar, ai), (br, bi) = (_planes(n, _promote(n, n.arg(k, name), real))
+                          for k, name in ((0, "self"), (1, "other")))
+    same = n.emit1("And", [n.emit1("Equal", [ar, br]), n.emit1("Equal", [ai, bi])])
+    return same if n.op.startswith("aten.eq") else n.emit1("Not", [same])
+
+
+@cx_rule("aten.logical_not.default", "aten.logical_and.default", "aten.logical_or.default",
+         "aten.logical_xor.default", "aten.any.default", "aten.any.dim", "aten.any.dims",
+         "aten.all.default", "aten.all.dim", "aten.all.dims")
+def truth(n: NodeCtx) -> Any:
+    """The real rule on each complex operand's truth: a part non-zero (NaN is)."""
+    def nonzero(v: Any) -> Any:
+        if not isinstance(v, Cx):
+            return v
+        return n.emit1("Or", [n.emit1("NotEqual", [p, n.const(0.0, n.dtype(v.v))])
+                              for p in _planes(n, v)])
+
+    return _real_rule(n, [nonzero(a) for a in n.args], n.kwargs)
+
+
+@cx_rule("aten.lerp.Scalar", "aten.lerp.Tensor")
+def lerp(n: NodeCtx) -> Any:
+    """start + weight (end - start), the weight a number (real or complex) or a tensor; torch's
+    other form for weights past 1/2, end - (end - start)(1 - weight), is the same number but
+    for rounding."""
+    real = _real_of(n)
+    a, b = (_promote(n, n.arg(k, name), real) for k, name in ((0, "self"), (1, "end")))
+    weight = n.arg(2, "weight")
+    if not isinstance(weight, (int, float, complex)):
+        weight = _promote(n, weight, real)
+    step = _times(n, Cx(n.emit1("Sub", [b.v, a.v])), weight)
+    return Cx(n.emit1("Add", [a.v, step.v]))
+
+
+@cx_rule("aten.l1_loss.default", "aten.dist.default")
+def distance(n: NodeCtx) -> Any:
+    """|a - b| (the modulus, whose gradient at 0 is 0 as torch's sgn), reduced as l1_loss's
+    reduction, or its p-norm (dist)."""
+    from planner.importers.torch.rules_losses import _reduce, _reduction
+    from planner.importers.torch.rules_products import _norm
+
+    real = _real_of(n)
+    a, b = (_promote(n, n.arg(k, name), real) for k, name in ((0, "self"), (1, "other")))
+    size = _modulus(n, Cx(n.emit1("Sub", [a.v, b.v])))
+    if n.op == "aten.l1_loss.default":
+        return _reduce(n, size, _reduction(n, 2))
+    return n.emit1("Reshape", [_norm(n, size, float(n.arg(2, "p", 2)), [])], {"shape": []})
