@@ -75,8 +75,10 @@ def aten_table() -> list[str]:
 
 
 def complex_table() -> list[str]:
-    """The ATen ops with a rule for complex values (planner/importers/torch/rules_complex.py),
-    by rule (an op's row of the ATen table above is its rule for real values)."""
+    """The ATen ops with a rule for complex values (planner/importers/torch/rules_complex.py,
+    the elementary functions rules_complex_math.py), by rule (an op's row of the ATen table
+    above is its rule for real values)."""
+    import planner.importers.torch.convert  # noqa: F401  (every rule module registered)
     from planner.importers.torch.rules_complex import CX_RULES
 
     lines = ["### Complex tensors and the DFT", "",

@@ -66,6 +66,7 @@ import numpy as np
 
 import planner.importers.torch.rules  # noqa: F401  (registering the rules)
 import planner.importers.torch.rules_complex  # noqa: F401  (complex values: rules_complex.py)
+import planner.importers.torch.rules_complex_math  # noqa: F401  (complex log, sqrt, sin, ...)
 import planner.importers.torch.rules_index  # noqa: F401
 import planner.importers.torch.rules_linalg  # noqa: F401
 import planner.importers.torch.rules_margin  # noqa: F401  (the margin losses; MARGIN_PRESERVED below)

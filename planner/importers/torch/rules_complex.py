@@ -7,8 +7,13 @@ one more, trailing, axis of 2: its real then its imaginary part, the layout of
 the planner has: a product is (ac - bd, ad + bc) of Slices, Muls, Sub, Add and a Concat,
 `conj` a Mul by (1, -1), `abs` a 2-norm over the planes (scaled), `angle` an Atan2, `polar` a Mul by
 Cos and Sin; the ops that only move elements (view, permute, slice, cat, pad, copy,
-slice_scatter, ...) are the real rules run on the planes with their dims kept off the trailing
-axis.
+slice_scatter, diagonal, diagonal_scatter, ...) are the real rules run on the planes with their
+dims kept off the trailing axis. A matrix product (mm, bmm, matmul, addmm, addmv, addbmm,
+linear) is four real ones; prod and cumprod trees or doubling scans of complex products; var
+(and std) the real parts' variance plus the imaginary parts'. The elementary functions (log,
+sqrt, pow by a number, sin, tanh, asinh, sigmoid, sinc, ...) are in rules_complex_math.py,
+with their branch cuts, signed zeros and singular gradients torch's, beside the predicates
+(isnan, eq, any, logical_and, ...: of the two parts), lerp, l1_loss and dist.
 
 The DFT (`aten._fft_r2c`, `_fft_c2c`, `_fft_c2r`, which torch.fft's fft, ifft, rfft, irfft,
 hfft, ihfft, fft2, ifft2, rfft2, irfft2, fftn, ifftn, rfftn, irfftn decompose to, after their
@@ -196,12 +201,19 @@ def _modulus(n: NodeCtx, z: Cx) -> Any:
     0/0), taken of z / s and times s, s the larger plane's magnitude held constant (clamped into
     the dtype's normal range): a plain norm squares the planes, which overflows past 1.8e19 in
     float32 where torch's hypot gives |z| (the complex64 OpInfo abs's extremal samples)."""
+    return n.emit1("Mul", list(_unit_modulus(n, z)))
+
+
+def _unit_modulus(n: NodeCtx, z: Cx) -> tuple[Any, Any]:
+    """|z / s| and s (each of z's shape), s the larger plane's magnitude held constant and
+    clamped into the dtype's normal range: |z| is their product, which a caller may keep apart
+    (a logarithm, a square root) where the product itself would overflow."""
     shape = n.shape(z.v)
     rank = len(shape) - 1
     _, s = _plane_scale(n, z)
     norm = n.emit1("ReduceNorm", [n.emit1("Div", [z.v, s])],
                    {"axes": [rank], "keepdims": False, "p": 2.0})
-    return n.emit1("Mul", [norm, n.emit1("Reshape", [s], {"shape": list(shape[:-1])})])
+    return norm, n.emit1("Reshape", [s], {"shape": list(shape[:-1])})
 
 
 @cx_rule("aten.sgn.default")
@@ -371,19 +383,154 @@ def assert_metadata(n: NodeCtx) -> Any:
 
 @cx_rule("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def matmul(n: NodeCtx) -> Any:
-    """(A + iB)(C + iD) = AC - BD + i(AD + BC), four real products (one each side real: two)."""
     a, b = n.arg(0, "self"), n.arg(1, "mat2" if "mm" in n.op else "other")
-    pa = _planes(n, a) if isinstance(a, Cx) else (n.tensor(0), None)
-    pb = _planes(n, b) if isinstance(b, Cx) else (n.tensor(1), None)
+    return _bilinear(n, a if isinstance(a, Cx) else n.tensor(0),
+                     b if isinstance(b, Cx) else n.tensor(1),
+                     lambda x, y: n.emit1("MatMul", [x, y]))
+
+
+def _bilinear(n: NodeCtx, a: Any, b: Any, product: Callable[[Any, Any], Any]) -> Cx:
+    """product(a, b) of a real bilinear product (a matrix product, a dense layer) and complex
+    (or real) a and b: (A + iB)(C + iD) = AC - BD + i(AD + BC), four real products (one side
+    real: two)."""
+    pa = _planes(n, a) if isinstance(a, Cx) else (a, None)
+    pb = _planes(n, b) if isinstance(b, Cx) else (b, None)
 
     def prod(x: Any, y: Any) -> Any:
-        return None if x is None or y is None else n.emit1("MatMul", [x, y])
+        return None if x is None or y is None else product(x, y)
 
     re = [prod(pa[0], pb[0]), prod(pa[1], pb[1])]
     im = [prod(pa[0], pb[1]), prod(pa[1], pb[0])]
     re_v = re[0] if re[1] is None else n.emit1("Sub", re)
     im_v = [v for v in im if v is not None]
     return _joined(n, re_v, im_v[0] if len(im_v) == 1 else n.emit1("Add", im_v))
+
+
+def _operand(n: NodeCtx, k: int, name: str) -> Any:
+    """Argument k: a complex value as it is, a real tensor as its name."""
+    v = n.arg(k, name)
+    return v if isinstance(v, Cx) else n.tensor(k)
+
+
+@cx_rule("aten.addmm.default", "aten.addmv.default", "aten.addbmm.default")
+def addmm(n: NodeCtx) -> Any:
+    """beta input + alpha (m1 @ m2) (addmv: a matrix times a vector; addbmm: the sum of a
+    batch's products), alpha and beta complex numbers or real; input is not read where beta is
+    0 (torch's: a NaN there does not reach the result)."""
+    y = _bilinear(n, _operand(n, 1, "mat1"), _operand(n, 2, "mat2"), _product_of(n))
+    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
+    if alpha != 1:
+        y = _times(n, y, alpha)
+    if beta == 0:
+        return y
+    bias = _promote(n, n.arg(0, "self"), _real_of(n))
+    return Cx(n.emit1("Add", [y.v, (bias if beta == 1 else _times(n, bias, beta)).v]))
+
+
+def _product_of(n: NodeCtx) -> Callable[[Any, Any], Any]:
+    """The real product of addmm, addmv or addbmm (n's op) of two real operands."""
+    from planner.importers.torch.rules_products import reshape_to
+
+    def mv(mat: Any, vec: Any) -> Any:
+        (k,) = n.shape(vec)
+        y = n.emit1("MatMul", [mat, reshape_to(n, vec, (k, 1))])
+        return reshape_to(n, y, n.shape(mat)[:1])
+
+    def bmm_sum(b1: Any, b2: Any) -> Any:  # b1 as [N, B*K] (the batch inside), b2 [B*K, P]
+        (b, rows, k), cols = n.shape(b1), n.shape(b2)[2]
+        a = reshape_to(n, n.emit1("Transpose", [b1], {"perm": [1, 0, 2]}), (rows, b * k))
+        return n.emit1("MatMul", [a, reshape_to(n, b2, (b * k, cols))])
+
+    if n.op == "aten.addmv.default":
+        return mv
+    return bmm_sum if n.op == "aten.addbmm.default" else \
+        (lambda x, w: n.emit1("MatMul", [x, w]))
+
+
+@cx_rule("aten.linear.default")
+def linear(n: NodeCtx) -> Any:
+    """x @ w.T + b, each part's product the real dense layer's (rules_products.dense)."""
+    from planner.importers.torch.rules_products import dense
+
+    y = _bilinear(n, _operand(n, 0, "input"), _operand(n, 1, "weight"),
+                  lambda x, w: dense(n, x, w, None))
+    bias = n.arg(2, "bias")
+    if bias is None:
+        return y
+    return Cx(n.emit1("Add", [y.v, _promote(n, bias, _real_of(n)).v]))
+
+
+@cx_rule("aten.var.correction", "aten.var_mean.correction")
+def var(n: NodeCtx) -> Any:
+    """The variance of complex values, the mean of |z - mean|^2, is the real part's plus the
+    imaginary part's (each the real rule's, the same dims and correction); var_mean's mean is
+    the two parts' means."""
+    re, im = _planes(n, _arg_cx(n, 0))
+    parts = [_real_rule(n, [p, *n.args[1:]], n.kwargs) for p in (re, im)]
+    if n.op == "aten.var.correction":
+        return n.emit1("Add", parts)
+    (vr, mr), (vi, mi) = parts
+    return n.emit1("Add", [vr, vi]), _joined(n, mr, mi)
+
+
+@cx_rule("aten.prod.default", "aten.prod.dim_int")
+def prod(n: NodeCtx) -> Any:
+    """The product along a dim (every element: of the flattened tensor) as a tree of complex
+    products, log2 of the length levels (each half times the other, an odd last element
+    carried); of no elements, 1."""
+    z, rank = _arg_cx(n, 0), _rank(n)
+    if n.op == "aten.prod.default":
+        count = math.prod(n.shape(z.v)[:-1])
+        z, dim, keep = Cx(n.emit1("Reshape", [z.v], {"shape": [count, 2]})), 0, False
+    elif rank == 0:
+        return z
+    else:
+        dim, keep = _dim(n.arg(1, "dim"), rank), bool(n.arg(2, "keepdim", False))
+    z = _tree_product(n, z, dim)
+    if not keep:
+        shape = [s for k, s in enumerate(n.shape(z.v)) if k != dim]
+        z = Cx(n.emit1("Reshape", [z.v], {"shape": shape}))
+    return z
+
+
+@cx_rule("aten.cumprod.default")
+def cumprod(n: NodeCtx) -> Any:
+    """The running product along a dim, by doubling (Hillis and Steele's scan): after the
+    step of shift s each element is the product of the 2s up to it, p[k] times p[k - s]."""
+    z, rank = _arg_cx(n, 0), _rank(n)
+    if rank == 0:
+        return z
+    dim = _dim(n.arg(1, "dim"), rank)
+    length, shift = n.shape(z.v)[dim], 1
+
+    def part(v: Cx, start: int, end: int) -> Cx:
+        return Cx(n.emit1("Slice", [v.v], {"starts": [start], "ends": [end], "axes": [dim]}))
+
+    while shift < length:
+        later = _times(n, part(z, shift, length), part(z, 0, length - shift))
+        z = Cx(n.emit1("Concat", [part(z, 0, shift).v, later.v], {"axis": dim}))
+        shift *= 2
+    return z
+
+
+def _tree_product(n: NodeCtx, z: Cx, dim: int) -> Cx:
+    """The product of z's elements along `dim`, kept as a dim of 1."""
+    length = n.shape(z.v)[dim]
+    if length == 0:
+        shape = list(n.shape(z.v))
+        shape[dim] = 1
+        return _promote(n, n.const(np.ones(shape[:-1]), n.dtype(z.v)), n.dtype(z.v))
+
+    def part(start: int, end: int) -> Cx:
+        return Cx(n.emit1("Slice", [z.v], {"starts": [start], "ends": [end], "axes": [dim]}))
+
+    while length > 1:
+        half = length // 2
+        p = _times(n, part(0, half), part(half, 2 * half))
+        if length % 2:
+            p = Cx(n.emit1("Concat", [p.v, part(length - 1, length).v], {"axis": dim}))
+        z, length = p, half + length % 2
+    return z
 
 
 @cx_rule("aten._to_copy.default")
@@ -577,9 +724,43 @@ def pad(n: NodeCtx) -> Any:
     if "constant" not in n.op:
         return _lifted(n, [n.arg(0, "self"), [0, 0, *n.ints(1, "padding")]], {})
     value = complex(n.arg(2, "value", 0.0))
-    if value != 0:
-        raise Unsupported(f"{n.op} (a complex tensor padded with {value})")
-    args = [n.arg(0, "self"), [0, 0, *n.ints(1, "pad")], 0.0]
+    if value == 0:
+        return _lifted(n, [n.arg(0, "self"), [0, 0, *n.ints(1, "pad")], 0.0], {})
+    # another value: each plane padded with its part of it
+    pads = n.ints(1, "pad")
+    shape = None if n.out_shape is None else tuple(n.out_shape)
+    parts = [RULES[n.op](NodeCtx(n.imp, n.label, n.op, [p, pads, part], {}, shape,
+                                 n._dropouts, _real_of(n), n.node, n.module, n._values))
+             for p, part in zip(_planes(n, _arg_cx(n, 0)), (value.real, value.imag),
+                                strict=True)]
+    return _joined(n, *parts)
+
+
+@cx_rule("aten.diagonal.default", "aten.diagonal_copy.default")
+def diagonal(n: NodeCtx) -> Any:
+    """The real diagonal of the planes (the dims kept off their axis), whose diagonal's axis
+    lands after the planes' axis, then those two swapped back."""
+    rank = _rank(n)
+    args = [n.arg(0, "self"), n.arg(1, "offset", 0), _dim(n.arg(2, "dim1", 0), rank),
+            _dim(n.arg(3, "dim2", 1), rank)]
+    shape = None if n.out_shape is None else (*n.out_shape[:-1], 2, n.out_shape[-1])
+    ctx = NodeCtx(n.imp, n.label, "aten.diagonal.default", _plain(args), {}, shape,
+                  n._dropouts, _real_of(n), n.node, n.module, n._values)
+    d = RULES["aten.diagonal.default"](ctx)
+    out = len(n.shape(d)) - 1
+    return Cx(n.emit1("Transpose", [d], {"perm": [*range(out - 1), out, out - 1]}))
+
+
+@cx_rule("aten.diagonal_scatter.default")
+def diagonal_scatter(n: NodeCtx) -> Any:
+    """The real diagonal_scatter on the planes, src's planes moved before its diagonal's axis
+    (where the real diagonal of the planes has them)."""
+    rank, real = _rank(n), _real_of(n)
+    src = _promote(n, n.arg(1, "src"), real).v
+    last = len(n.shape(src)) - 1
+    src = n.emit1("Transpose", [src], {"perm": [*range(last - 1), last, last - 1]})
+    args = [_promote(n, n.arg(0, "self"), real), src, n.arg(2, "offset", 0),
+            _dim(n.arg(3, "dim1", 0), rank), _dim(n.arg(4, "dim2", 1), rank)]
     return _lifted(n, args, {})
 
 
