@@ -79,7 +79,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             self.model = model
 
         def forward(self, *args: Any) -> Any:
-            buffers = [(m, dict(m._buffers)) for m in self.model.modules()]
+            before = [(m, dict(m._buffers)) for m in self.model.modules()], \
+                python_numbers(self.model)
             if loss is None:
                 out = self.model(*args)
             else:
@@ -87,10 +88,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
                 # output), evaluate() both (the evaluation graph keeps the training graph's).
                 out = self.model(*args[:-1])
                 out = loss(out, args[-1]), out
-            refusals.extend(reassigned(buffers))
+            refusals.extend(reassigned(before[0]) + rewritten(before[1]))
             return out
 
-    refusals: list[str] = []  # buffers reassigned to another shape or dtype
+    refusals: list[str] = []  # buffers reassigned to another shape, Python numbers written
     wrapped = WithLoss(module)
     # The wrapper's own flag only: .train() would set every submodule's (an eval() teacher).
     wrapped.training = module.training
@@ -116,6 +117,36 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     for line in frozen_calls(watch, name):
         warnings.warn(line, UserWarning, stacklevel=3)
     return program
+
+
+def python_numbers(model: Any) -> list[tuple[str, Any, dict[str, Any]]]:
+    """(path, module, its Python number attributes: int, float, bool) of every submodule,
+    before the forward runs: what `rewritten` compares against."""
+    return [(path, m, {k: v for k, v in vars(m).items()
+                       if isinstance(v, int | float) and not k.startswith("__")})
+            for path, m in model.named_modules()]
+
+
+def rewritten(numbers: Sequence[tuple[str, Any, dict[str, Any]]]) -> list[str]:
+    """Python numbers the forward wrote (`self.calls += 1` read into a temperature schedule):
+    torch.export runs the forward once, so every step would compute with the value it read at
+    trace time, where PyTorch's reads the new one each step. Each is put back (the trainer
+    leaves the module as it found it) and refused, naming the module and attribute."""
+    refusals = []
+    for path, module, before in numbers:
+        for name, old in before.items():
+            new = vars(module).get(name, old)
+            if not isinstance(new, int | float) or new == old:  # a SymInt: no guard made
+                continue
+            setattr(module, name, old)
+            where = f"{path}.{name}" if path else name
+            refusals.append(f"forward writes the Python attribute {where!r} of "
+                            f"{type(module).__name__} ({old!r} -> {new!r}): torch.export runs "
+                            f"the forward once, so every step would read its traced value; keep "
+                            f"it in a buffer updated in place (self.{name}.add_(1)) and compute "
+                            f"from it with torch ops, or use torch.compile(model, "
+                            f"backend='planner'), which traces it again as it changes")
+    return refusals
 
 
 def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> list[str]:
@@ -485,7 +516,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     """
     recipe = _recipe(module, loss, optimizer, lr, target, out_dir, accumulate, costs, adaptive,
                      data_parallel, settings)
-    examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
+    examples = _examples(example_inputs, labels, loss is not None)
     declared = [_declared(d, examples) for d in shapes]
     planned = _first_planned(recipe, examples, declared)
     # Seconds (18 s for six encoder layers, busy 2-core VM): said, as later new shapes are.
@@ -570,6 +601,22 @@ def _first_buckets(recipe: Recipe, first: Built) -> Recipe:
         return recipe
     return replace(recipe, plan_options=recipe.plan_options.model_copy(update={
         "data_parallel": dp.model_copy(update={"bucket_bytes": chosen})}))
+
+
+def _examples(inputs: Sequence[Any], labels: Any, with_labels: bool) -> tuple[Any, ...]:
+    """The module's example inputs, then the labels where a loss takes them. Each step feeds
+    one array per example: a tuple, list or dict (multi-task targets `(classes, boxes)`, an
+    LSTM's `(h, c)`) is refused naming it, rather than failing deep in the planning."""
+    examples = (*inputs, labels) if with_labels else tuple(inputs)
+    for k, v in enumerate(examples):
+        if isinstance(v, tuple | list | dict):
+            what = "labels" if with_labels and k == len(examples) - 1 else f"input {k}"
+            raise ValueError(f"trainer: {what} is a {type(v).__name__} of {len(v)}; the step "
+                             f"feeds one tensor per input and one labels tensor: pass each "
+                             f"tensor as an input of its own (the loss can then be computed "
+                             f"in the module, returned first, with loss=None), or stack them "
+                             f"into one tensor")
+    return examples
 
 
 def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None, target: str,

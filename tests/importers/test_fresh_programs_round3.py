@@ -1,0 +1,119 @@
+"""Fresh training programs (tests/helpers/fresh_programs.py), each run as its user writes it
+through both doors, torch.compile(model, backend="planner") and planner.torch.trainer, and held
+to eager PyTorch on the same data and seeds: every micro-step's loss within 1e-4 relative of
+eager float32's (under autocast, 10x eager's own distance from float64 plus a bfloat16 ulp),
+each eval() validation loss likewise, and every state_dict tensor after the steps within 10x
+eager float32's own error against float64 plus 16 float32 ulps of its scale. A program that
+is not honoured is refused in one line (an error, or the backend's PlannerFallback line that
+the graph ran eagerly); EXPECTED holds which, and why.
+
+Seven cases run in CI (both doors, two refusals); the rest in the slow tier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.nn import functional as F  # noqa: E402
+
+from tests.helpers import fresh_programs as fp  # noqa: E402
+
+STEPS = 3
+
+# (program, door) -> the verdict when not "match", and why
+EXPECTED = {
+    # Dynamo skips a frame holding nn.GRU / nn.LSTM while allow_rnn is False: eager, told
+    ("gru_lm_tbptt", "compile"): "refused",
+    ("lstm_two_layers_carry_h_c", "compile"): "refused",
+    # aten.embedding_renorm_ (max_norm's in-place renormalisation of the table) is not built
+    ("embedding_max_norm", "trainer"): "refused",
+    ("embedding_max_norm", "compile"): "refused",
+    # torch.export cannot trace Python control flow on a tensor's value; Dynamo breaks there
+    ("data_dependent_branch", "trainer"): "refused",
+    # a step never writes its inputs back; the backend writes them as eager does
+    ("input_written_in_place", "trainer"): "refused",
+    # torch.export would freeze the counter at its traced value; Dynamo retraces it
+    ("python_counter_in_forward", "trainer"): "refused",
+}
+FAST = {("nanogpt_mask_buffer_tied", "trainer"), ("sparse_autoencoder_dict_l1", "compile"),
+        ("python_counter_in_forward", "trainer"), ("batchnorm_validate_every_step", "compile"),
+        ("conv1d_accumulate_clip_nesterov_groups", "trainer"), ("gru_lm_tbptt", "compile"),
+        ("unet_convtranspose_ignore_255", "compile")}
+SAMPLE = ("nanogpt_mask_buffer_tied", "trainer")
+
+
+KEYS = [(p.name, door) for p in fp.PROGRAMS + fp.PROBES for door in ("trainer", "compile")]
+
+
+@pytest.mark.parametrize(("name", "door"), [
+    pytest.param(*k, marks=pytest.mark.ci_sample, id="-".join(k)) if k == SAMPLE else
+    pytest.param(*k, id="-".join(k)) if k in FAST else
+    pytest.param(*k, marks=pytest.mark.slow, id="-".join(k)) for k in KEYS])
+def test_trains_as_eager_or_is_refused_in_one_line(name, door, tmp_path):
+    v = fp.run_door(fp.BY_NAME[name], door, STEPS, tmp_path)
+    want = EXPECTED.get((name, door), "match")
+    assert v.verdict == want, v.detail
+    if want == "refused":
+        assert v.detail and "\n" not in v.detail
+
+
+def test_the_comparison_tells_a_wrong_result():
+    # a parameter nudged by 1e-4 of its scale (far above float32 noise), a loss off by 1e-3
+    program = fp.BY_NAME["two_heads_huber_bce_pos_weight"]
+    f32 = fp.eager(program, 2, torch.float32)
+    f64 = fp.eager(program, 2, torch.float64)
+    assert fp.compare(program, f32, f32, f64) == []
+    nudged = fp.Outcome(list(f32.losses), dict(f32.state))
+    key = "value.weight"
+    nudged.state[key] = nudged.state[key] + np.float32(1e-4) * np.abs(nudged.state[key]).max()
+    assert fp.compare(program, nudged, f32, f64)
+    off = fp.Outcome([x * 1.001 for x in f32.losses], f32.state)
+    assert fp.compare(program, off, f32, f64)
+
+
+def test_a_python_counter_written_in_forward_is_refused_and_put_back(tmp_path):
+    """torch.export ran the forward once: `self.calls` read at trace time would be frozen into
+    every step (the losses drifted from eager's from step 1 on). Refused naming it, and the
+    module is left as it was found."""
+    from planner.importers.torch.context import TorchImportError
+    from planner.torch import trainer
+
+    model = fp.Annealed()
+    (x,), y = fp._classes(torch.Generator().manual_seed(0), (4, 6), 3)
+    with pytest.raises(TorchImportError, match=r"Python attribute 'calls' of Annealed \(0 -> 1\)"):
+        trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
+                costs="analytical", out_dir=tmp_path)
+    assert model.calls == 0
+
+
+def test_labels_in_a_tuple_are_refused_in_one_line(tmp_path):
+    """Multi-task targets `(classes, values)`: one line naming the labels, not an
+    AttributeError from deep in the planning."""
+    from planner.torch import trainer
+
+    model = fp.TwoHeads()
+    x = torch.randn(4, 7)
+    labels = (torch.randn(4, 2), torch.rand(4))
+    with pytest.raises(ValueError, match=r"^trainer: labels is a tuple of 2; ") as e:
+        trainer(model, (x,), loss=lambda out, y: F.mse_loss(out[0], y[0]), labels=labels,
+                optimizer="sgd", lr=0.1, costs="analytical", out_dir=tmp_path)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_a_gru_lm_with_dynamo_allowed_to_trace_rnns_is_planned(tmp_path, monkeypatch):
+    """Dynamo's own hint for the GRU's refusal, `torch._dynamo.config.allow_rnn = True`: the
+    GRU is then traced, planned (fallback off: nothing eager) and trains as eager."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
+    program = fp.BY_NAME["gru_lm_tbptt"]
+    f32 = fp.eager(program, STEPS, torch.float32)
+    f64 = fp.eager(program, STEPS, torch.float64)
+    torch._dynamo.reset()
+    ours = fp.eager(program, STEPS, torch.float32, wrap=lambda m: torch.compile(
+        m, backend="planner", options={"costs": "analytical", "fallback": False}))
+    assert fp.compare(program, ours, f32, f64) == []
