@@ -43,6 +43,7 @@ from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.export_watch import (
+    checkpoint_writes,
     custom_gradients,
     export_failed,
     frozen_calls,
@@ -109,7 +110,7 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             raise (gradients_taken(watch, name) or hooks_registered(watch, name)
                    or export_failed(e, watch, name)) from None
     refusal = (gradients_taken(watch, name) or hooks_registered(watch, name)
-               or custom_gradients(watch, name))
+               or custom_gradients(watch, name) or checkpoint_writes(watch, name))
     if refusal is not None:
         raise refusal
     if refusals:
