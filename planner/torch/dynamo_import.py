@@ -218,19 +218,26 @@ def check_custom_backwards(gm: Any) -> None:
     records one as `autograd_function_apply` with its forward and backward bodies): a graph
     that is differentiated gets the planner's gradient rules, which would replace the
     Function's own backward (a straight-through estimator's, say) with the derivative of its
-    forward. Eager runs that graph (Piece's fallback) with the Function's own backward."""
+    forward. Eager runs that graph (Piece's fallback) with the Function's own backward.
+    Likewise a gradient hook on an activation (`Tensor.register_hook` in forward: a gradient
+    reversal layer), recorded as `register_hook`: the planner's rules would skip it (it
+    failed in torch.export before, a line about a tensor needing no gradient)."""
     import torch
 
     from planner.importers.torch.origin import user_line
 
-    apply = getattr(torch.ops.higher_order, "autograd_function_apply", None)
+    what = {getattr(torch.ops.higher_order, "autograd_function_apply", None):
+            "a torch.autograd.Function with its own backward, which the planner's gradient "
+            "rules would replace with the derivative of its forward",
+            getattr(torch.ops.higher_order, "register_hook", None):
+            "a gradient hook on an activation (Tensor.register_hook), which the planner's "
+            "gradient rules would skip"}
+    what.pop(None, None)
     for n in gm.graph.nodes:
-        if n.op == "call_function" and apply is not None and n.target is apply:
+        if n.op == "call_function" and n.target in what:
             line = user_line(n)
-            raise TorchImportError(
-                f"node {n.name!r}{' at ' + line if line else ''}: a torch.autograd.Function "
-                f"with its own backward, which the planner's gradient rules would replace with "
-                f"the derivative of its forward")
+            raise TorchImportError(f"node {n.name!r}{' at ' + line if line else ''}: "
+                                   f"{what[n.target]}")
 
 
 def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],

@@ -47,6 +47,14 @@ EXPECTED = {
     # ctc_loss's output shape depends on the data: torch.export cannot trace it
     ("ctc_loss", "trainer"): "refused",
 }
+# what the line of a refusal names (the node, the buffer, the attribute)
+SAYS = {("gradient_reversal_hook", "compile"): "a gradient hook on an activation",
+        ("gradient_reversal_hook", "trainer"): "Tensor.register_hook",
+        ("checkpoint_around_batchnorm", "trainer"): "buffer 'block.1.",
+        ("checkpoint_around_batchnorm", "compile"): "node 'tag_activation_checkpoint'",
+        ("python_counter_in_forward", "trainer"): "Python attribute 'calls'",
+        ("gru_lm_tbptt", "compile"): "Dynamo skipped forward",
+        ("embedding_max_norm", "trainer"): "aten.embedding_renorm"}
 FAST = {("nanogpt_mask_buffer_tied", "trainer"), ("sparse_autoencoder_dict_l1", "compile"),
         ("python_counter_in_forward", "trainer"), ("batchnorm_validate_every_step", "compile"),
         ("conv1d_accumulate_clip_nesterov_groups", "trainer"), ("gru_lm_tbptt", "compile"),
@@ -68,6 +76,7 @@ def test_trains_as_eager_or_is_refused_in_one_line(name, door, tmp_path):
     assert v.verdict == want, v.detail
     if want in ("refused", "told"):
         assert v.detail and "\n" not in v.detail
+        assert SAYS.get((name, door), "") in v.detail
 
 
 def test_the_comparison_tells_a_wrong_result():
