@@ -128,6 +128,27 @@ def python_numbers(model: Any) -> list[tuple[str, Any, dict[str, Any]]]:
             for path, m in model.named_modules()]
 
 
+def changed_numbers(numbers: Sequence[tuple[str, Any, dict[str, Any]]], modes: bool) -> str:
+    """The first Python number of the module set since the trace (`model.temperature = 0.5`
+    between steps, a DANN lambda's schedule, `model.bn.eval()` to freeze BatchNorm), said in
+    one line, or "": the step computes with the traced value, where PyTorch's reads the new
+    one. `modes`: train()/eval() flags count too (not for evaluate, eval() by definition)."""
+    for path, module, before in numbers:
+        for name, old in before.items():
+            new = vars(module).get(name, old)
+            if new == old or (name == "training" and not modes):
+                continue
+            where = f"{path}.{name}" if path else name
+            if name == "training":
+                return (f"{where!r} ({type(module).__name__}'s train()/eval() mode) is {new!r}, "
+                        f"not the {old!r} the step was traced in: make a trainer of the module "
+                        f"in the mode wanted (t.evaluate runs eval())")
+            return (f"{where!r} of {type(module).__name__} is {new!r}, not the {old!r} the "
+                    f"step was traced with (torch.export froze the value the forward reads): "
+                    f"pass it to the module as an input tensor, or make a new trainer")
+    return ""
+
+
 def rewritten(numbers: Sequence[tuple[str, Any, dict[str, Any]]]) -> list[str]:
     """Python numbers the forward wrote (`self.calls += 1` read into a temperature schedule):
     torch.export runs the forward once, so every step would compute with the value it read at
@@ -192,8 +213,10 @@ class Trainer:
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
                  plan: Any = None, shapes: Shapes | None = None,
-                 optimizer: Any = None, ranks: int = 1) -> None:
+                 optimizer: Any = None, ranks: int = 1, module: Any = None) -> None:
         self.imported = imported
+        # The module's Python numbers as traced (torch.export froze what the forward read)
+        self._numbers = python_numbers(module) if module is not None else []
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
         self.executor = executor  # the first shapes' executor: it holds the run between calls
@@ -223,6 +246,9 @@ class Trainer:
             self._compiled = compiled(optimizer, self._cycle)
 
     def _arrays(self, inputs: Sequence[Any], what: str) -> list[np.ndarray]:
+        changed = changed_numbers(self._numbers, modes=what != "evaluate")
+        if changed:
+            raise ValueError(f"trainer: {what}: {changed}")
         if len(inputs) != len(self._feeds):
             raise ValueError(f"{what} takes {len(self._feeds)} arrays (the module's inputs, "
                              f"then the labels), got {len(inputs)}")
@@ -530,7 +556,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     run = _shapes(recipe, first, shape_cache, planned, traced)
     t = Trainer(first.imported, first.graph, first.executor, list(state), start, aliases,
                 first.plan, run, None if isinstance(optimizer, str) else optimizer,
-                ranks=recipe.ranks)
+                ranks=recipe.ranks, module=module)
     for arrays in (a for a in (examples, *declared) if a is not planned):
         run.add(t._arrays(arrays, "shapes"))
     return t

@@ -12,6 +12,8 @@ Nine cases run in CI (both doors, three refusals); the rest in the slow tier.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,86 @@ def test_a_python_counter_written_in_forward_is_refused_and_put_back(tmp_path):
         trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
                 costs="analytical", out_dir=tmp_path)
     assert model.calls == 0
+
+
+class Tempered(torch.nn.Module):
+    """Logits divided by a temperature the user's loop anneals between steps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 3)
+        self.temperature = 1.0
+
+    def forward(self, x, temperature=None):
+        return self.lin(x) / (self.temperature if temperature is None else temperature)
+
+
+def _annealed(model, step, batches):
+    """Eager's losses, the temperature set on the module before each step; `step(x, y, k)`
+    the other door's."""
+    eager = copy.deepcopy(model)
+    opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    ours, theirs = [], []
+    for k, (x, y) in enumerate(batches):
+        eager.temperature = 1.0 / (k + 1)
+        value = F.cross_entropy(eager(x), y)
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+        theirs.append(value.item())
+        ours.append(step(x, y, k))
+    return ours, theirs
+
+
+def test_a_python_number_set_between_steps_is_refused_or_fed(tmp_path):
+    """`model.temperature = ...` between steps: the trainer's step had frozen the traced 1.0
+    (its losses off eager's from step 1 on, silently); now refused at the step, naming it. Fed
+    as an input tensor instead (the refusal's advice), it trains as eager."""
+    from planner.torch import trainer
+
+    torch.manual_seed(0)
+    model = Tempered()
+    g = torch.Generator().manual_seed(1)
+    batches = [fp._classes(g, (5, 6), 3) for _ in range(3)]
+    batches = [(x, y) for (x,), y in batches]
+    t = trainer(model, (batches[0][0],), loss=F.cross_entropy, labels=batches[0][1],
+                optimizer="sgd", lr=0.1, costs="analytical", out_dir=tmp_path / "a")
+
+    def attribute(x, y, k):
+        model.temperature = 1.0 / (k + 1)
+        return t.step(x, y)
+
+    with pytest.raises(ValueError, match=r"^trainer: step: 'temperature' of Tempered is 0\.5, "
+                                         r"not the 1\.0 the step was traced with") as e:
+        _annealed(model, attribute, batches)
+    assert "\n" not in str(e.value)
+    model.temperature = 1.0
+    fed = trainer(model, (batches[0][0], torch.tensor(1.0)), loss=F.cross_entropy,
+                  labels=batches[0][1], optimizer="sgd", lr=0.1, costs="analytical",
+                  out_dir=tmp_path / "b")
+    ours, theirs = _annealed(
+        model, lambda x, y, k: fed.step(x, torch.tensor(1.0 / (k + 1)), y), batches)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+
+
+def test_a_submodule_switched_to_eval_between_steps_is_refused(tmp_path):
+    """`model.bn.eval()` mid-run (BatchNorm frozen after a warm-up): the step was traced in
+    train(); refused naming the module's mode. model.eval() around t.evaluate is fine."""
+    from planner.torch import trainer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.BatchNorm1d(4)).train()
+    x, y = torch.randn(5, 6), torch.randint(0, 4, (5,))
+    t = trainer(model, (x,), loss=F.cross_entropy, labels=y, optimizer="sgd", lr=0.1,
+                costs="analytical", out_dir=tmp_path)
+    t.step(x, y)
+    model.eval()
+    t.evaluate(x, y)
+    model.train()
+    t.step(x, y)
+    model[1].eval()
+    with pytest.raises(ValueError, match=r"^trainer: step: '1\.training' \(BatchNorm1d's "):
+        t.step(x, y)
 
 
 def test_labels_in_a_tuple_are_refused_in_one_line(tmp_path):
