@@ -27,6 +27,7 @@ plan and executor of its own on first use, the run's state handed between them
 from __future__ import annotations
 
 import math
+import operator
 import os
 import sys
 import tempfile
@@ -120,20 +121,33 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     return program
 
 
-def python_numbers(model: Any) -> list[tuple[str, Any, dict[str, Any]]]:
-    """(path, module, its Python number attributes: int, float, bool) of every submodule,
-    before the forward runs: what `rewritten` compares against."""
-    return [(path, m, {k: v for k, v in vars(m).items()
-                       if isinstance(v, int | float) and not k.startswith("__")})
-            for path, m in model.named_modules()]
+def python_numbers(model: Any) -> list[tuple[str, Any, dict[str, Any], Any, Any]]:
+    """(path, module, its Python number attributes (int, float, bool), a getter of their
+    values from the module's __dict__, their values so got) of every submodule: what
+    `rewritten` and `changed_numbers` compare against (the getter compares a module's values
+    at once: 1200 modules in ~0.3 ms a step)."""
+    out = []
+    for path, m in model.named_modules():
+        before = {k: v for k, v in vars(m).items()
+                  if isinstance(v, int | float) and not k.startswith("__")}
+        if before:
+            get = operator.itemgetter(*before)
+            out.append((path, m, before, get, get(before)))
+    return out
 
 
-def changed_numbers(numbers: Sequence[tuple[str, Any, dict[str, Any]]], modes: bool) -> str:
+def changed_numbers(numbers: Sequence[tuple[str, Any, dict[str, Any], Any, Any]],
+                    modes: bool) -> str:
     """The first Python number of the module set since the trace (`model.temperature = 0.5`
     between steps, a DANN lambda's schedule, `model.bn.eval()` to freeze BatchNorm), said in
     one line, or "": the step computes with the traced value, where PyTorch's reads the new
     one. `modes`: train()/eval() flags count too (not for evaluate, eval() by definition)."""
-    for path, module, before in numbers:
+    for path, module, before, get, values in numbers:
+        try:  # the common case: nothing changed
+            if get(vars(module)) == values:
+                continue
+        except KeyError:  # an attribute deleted: looked at one by one below
+            pass
         for name, old in before.items():
             new = vars(module).get(name, old)
             if new == old or (name == "training" and not modes):
@@ -149,13 +163,13 @@ def changed_numbers(numbers: Sequence[tuple[str, Any, dict[str, Any]]], modes: b
     return ""
 
 
-def rewritten(numbers: Sequence[tuple[str, Any, dict[str, Any]]]) -> list[str]:
+def rewritten(numbers: Sequence[tuple[str, Any, dict[str, Any], Any, Any]]) -> list[str]:
     """Python numbers the forward wrote (`self.calls += 1` read into a temperature schedule):
     torch.export runs the forward once, so every step would compute with the value it read at
     trace time, where PyTorch's reads the new one each step. Each is put back (the trainer
     leaves the module as it found it) and refused, naming the module and attribute."""
     refusals = []
-    for path, module, before in numbers:
+    for path, module, before, _, _ in numbers:
         for name, old in before.items():
             new = vars(module).get(name, old)
             if not isinstance(new, int | float) or new == old:  # a SymInt: no guard made
