@@ -218,19 +218,26 @@ def check_custom_backwards(gm: Any) -> None:
     records one as `autograd_function_apply` with its forward and backward bodies): a graph
     that is differentiated gets the planner's gradient rules, which would replace the
     Function's own backward (a straight-through estimator's, say) with the derivative of its
-    forward. Eager runs that graph (Piece's fallback) with the Function's own backward."""
+    forward. Eager runs that graph (Piece's fallback) with the Function's own backward.
+    Likewise a gradient hook on an activation (`Tensor.register_hook` in forward: a gradient
+    reversal layer), recorded as `register_hook`: the planner's rules would skip it (it
+    failed in torch.export before, a line about a tensor needing no gradient)."""
     import torch
 
     from planner.importers.torch.origin import user_line
 
-    apply = getattr(torch.ops.higher_order, "autograd_function_apply", None)
+    what = {getattr(torch.ops.higher_order, "autograd_function_apply", None):
+            "a torch.autograd.Function with its own backward, which the planner's gradient "
+            "rules would replace with the derivative of its forward",
+            getattr(torch.ops.higher_order, "register_hook", None):
+            "a gradient hook on an activation (Tensor.register_hook), which the planner's "
+            "gradient rules would skip"}
+    what.pop(None, None)
     for n in gm.graph.nodes:
-        if n.op == "call_function" and apply is not None and n.target is apply:
+        if n.op == "call_function" and n.target in what:
             line = user_line(n)
-            raise TorchImportError(
-                f"node {n.name!r}{' at ' + line if line else ''}: a torch.autograd.Function "
-                f"with its own backward, which the planner's gradient rules would replace with "
-                f"the derivative of its forward")
+            raise TorchImportError(f"node {n.name!r}{' at ' + line if line else ''}: "
+                                   f"{what[n.target]}")
 
 
 def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
@@ -257,12 +264,15 @@ def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
             # Run node by node with each node's meta kept: the traced calls then carry the
             # user's module path and source line (Dynamo's), which messages name.
             with torch.fx.traceback.preserve_node_meta():
-                out = _GradRegions(self.gm).run(*full)
+                regions = _GradRegions(self.gm)
+                regions.notes = notes
+                out = regions.run(*full)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     from planner.importers.torch.quiet_log import quiet_torch_logs
 
     examples = tuple(args[k].detach() for k in tensor_at)
+    notes: list[str] = []
     with warnings.catch_warnings(), quiet_torch_logs():
         warnings.simplefilter("ignore")
         try:
@@ -273,15 +283,33 @@ def _exported(gm: Any, args: Sequence[Any], tensor_at: Sequence[int],
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise TorchImportError(f"torch.export of the graph: {type(e).__name__}: "
                                    f"{first[:300]}") from None
+    for note in dict.fromkeys(notes):
+        warnings.warn(note, UserWarning, stacklevel=2)
     return program
+
+
+# A checkpointed region that writes a buffer in place (BatchNorm's running statistics): eager
+# writes it again when the backward recomputes the region (two momentum updates a step,
+# num_batches_tracked += 2). The plan writes it once, as torch.compile's own backends do
+# (aot_eager and inductor; backend="eager" fails on it in autograd's version check), said in
+# one warning line: the eager fallback of the graph would fail as backend="eager" does.
+CHECKPOINT_WRITES = ("a torch.utils.checkpoint region writes a buffer in place (BatchNorm's "
+                     "running statistics, say), which eager PyTorch writes again when the "
+                     "backward recomputes the region; the plan writes it once a call, as "
+                     "torch.compile's aot_eager and inductor do: keep that module outside the "
+                     "checkpoint for eager's values")
 
 
 def _grad_mode_calls() -> dict[Any, str]:
     import torch
 
-    return {torch._C._set_grad_enabled: "set",
-            torch.autograd.grad_mode._enter_inference_mode: "enter_inference",
-            torch.autograd.grad_mode._exit_inference_mode: "exit_inference"}
+    calls = {torch._C._set_grad_enabled: "set",
+             torch.autograd.grad_mode._enter_inference_mode: "enter_inference",
+             torch.autograd.grad_mode._exit_inference_mode: "exit_inference"}
+    checkpoint = getattr(torch.ops.higher_order, "tag_activation_checkpoint", None)
+    if checkpoint is not None:
+        calls[checkpoint] = "checkpoint"
+    return calls
 
 
 def _interpreter() -> type:
@@ -299,6 +327,7 @@ def _interpreter() -> type:
             self.grad = True
             self.saved: list[bool] = []
             self.calls = _grad_mode_calls()
+            self.notes: list[str] = []  # what the trace computes otherwise than eager
 
         def run_node(self, n: Any) -> Any:
             kind = self.calls.get(n.target) if n.op == "call_function" else None
@@ -312,11 +341,33 @@ def _interpreter() -> type:
             if kind == "exit_inference":
                 self.grad = self.saved.pop() if self.saved else True
                 return None
+            if kind == "checkpoint":
+                return self.checkpointed(n)
             out = super().run_node(n)
             if not self.grad and n.op in ("call_function", "call_method", "call_module"):
                 out = torch.utils._pytree.tree_map(
                     lambda t: t.detach() if isinstance(t, torch.Tensor)
                     and t.is_floating_point() else t, out)
+            return out
+
+        def checkpointed(self, n: Any) -> Any:
+            """torch.utils.checkpoint's region (Dynamo's tag_activation_checkpoint of a body
+            graph): its body run inline, as torch.export cannot trace the wrapper (its
+            context function) and the values and gradients are the body's; what to keep or
+            recompute is the plan's own memory choice (planner/memory). A region that writes
+            an argument in place with gradients on is noted (CHECKPOINT_WRITES)."""
+            (body, *operands), _ = self.fetch_args_kwargs_from_env(n)
+            inner = GradRegions(body)
+            inner.grad, inner.notes = self.grad, self.notes
+            versions = [getattr(t, "_version", None) for t in operands]
+            with torch.fx.traceback.preserve_node_meta():
+                out = inner.run(*operands)
+            if self.grad and versions != [getattr(t, "_version", None) for t in operands]:
+                from planner.importers.torch.origin import user_line
+
+                line = user_line(n)
+                self.notes.append(f"planner: node {n.name!r}{' at ' + line if line else ''}: "
+                                  f"{CHECKPOINT_WRITES}")
             return out
 
     return GradRegions

@@ -86,6 +86,8 @@ class Watch:
     gradients: list[tuple[str, str, str]] = field(default_factory=list)
     # Tensor.register_hook called by the user's code: (file:line, where)
     tensor_hooks: list[tuple[str, str]] = field(default_factory=list)
+    # buffers written in place inside a torch.utils.checkpoint region with gradients on
+    checkpoint_writes: list[str] = field(default_factory=list)
 
     def where(self) -> str:
         """The innermost running module's path, `the loss` after the module returned."""
@@ -141,7 +143,7 @@ def watching(wrapped: Any, model: Any, prefix: str = "") -> Iterator[Watch]:
     enter, leave = mode.__enter__, mode.__exit__
     mode.__enter__, mode.__exit__ = _as_no_grad(watch, enter, leave)
     try:
-        with _gradients_noted(watch):
+        with _gradients_noted(watch), _checkpoints_watched(watch):
             yield watch
     finally:
         active.clear()
@@ -171,6 +173,51 @@ def _gradients_noted(watch: Watch) -> Iterator[None]:
         for fn, original in differentiators.items():
             setattr(autograd, fn, original)
         torch.Tensor.register_hook = register_hook
+
+
+@contextlib.contextmanager
+def _checkpoints_watched(watch: Watch) -> Iterator[None]:
+    """Non-reentrant torch.utils.checkpoint regions (its generator, which `checkpoint` calls
+    around the region) watched for in-place writes of the user's module's buffers (their
+    version counters before and after) while gradients are on."""
+    import torch.utils.checkpoint as ckpt
+
+    original = getattr(ckpt, "_checkpoint_without_reentrant_generator", None)
+    if original is None:  # torch moved it: nothing watched, as before
+        yield
+        return
+
+    def generator(*args: Any, **kwargs: Any) -> Iterator[None]:
+        import torch
+
+        before = _buffer_versions(watch.model)
+        yield from original(*args, **kwargs)
+        if torch.is_grad_enabled():
+            after = _buffer_versions(watch.model)
+            watch.checkpoint_writes.extend(k for k, v in before.items() if after.get(k) != v)
+
+    ckpt._checkpoint_without_reentrant_generator = generator
+    try:
+        yield
+    finally:
+        ckpt._checkpoint_without_reentrant_generator = original
+
+
+def _buffer_versions(model: Any) -> dict[str, tuple[int, int]]:
+    return {name: (id(b), b._version) for name, b in model.named_buffers()}
+
+
+def checkpoint_writes(watch: Watch, module: str) -> TorchImportError | None:
+    """A checkpointed region that writes a buffer (BatchNorm's running statistics): eager
+    writes it again when the backward recomputes the region (two momentum updates a step),
+    which the step, computing the region once, cannot match: refused naming the buffer."""
+    if not watch.checkpoint_writes:
+        return None
+    return TorchImportError(
+        f"{module}: buffer {watch.checkpoint_writes[0]!r} is written inside a "
+        f"torch.utils.checkpoint region, which eager PyTorch runs again in the backward (its "
+        f"running statistics updated twice a step); the step computes the region once: keep "
+        f"that module outside the checkpoint")
 
 
 def _noting(watch: Watch, name: str, original: Any) -> Any:

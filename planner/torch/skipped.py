@@ -6,8 +6,10 @@ the backend is never called, so nothing is planned and, without this, nothing sa
 calls its compile callbacks around every frame it compiles: for a compile of the planner's
 backend that ends without handing the backend a graph after Dynamo gave up on the frame (its
 `unimplemented` counter grew), one PlannerFallback warning names the frame, Dynamo's reason
-and its hint, once per frame and reason. torch._dynamo.reset() clears Dynamo's callbacks: they
-are registered again at the backend's next graph, or by `install(planner_backend)`. What the
+and its hint, once per frame and reason. torch._dynamo.reset() clears Dynamo's callbacks, so
+`install` wraps the handler's `clear` to register them again after it: a script (or notebook)
+that resets Dynamo and then compiles a GRU model was told nothing before, since a frame skipped
+whole never reaches the backend that would register them again. What the
 callbacks read of Dynamo's compile (its `_compile` frame's `compiler_fn`, its counters) is
 private: where it is not found, nothing is said, as before (tests/importers/test_backend_edges.py
 pins it for the torch installed).
@@ -45,6 +47,25 @@ def install(backend: Any) -> None:
         return
     handler.register_start_callback(_start)
     handler.register_end_callback(_end)
+    _kept_through_clear(handler)
+
+
+def _kept_through_clear(handler: Any) -> None:
+    """Make `handler.clear()` (torch._dynamo.reset's) register the callbacks again after it."""
+    clear = getattr(handler, "clear", None)
+    if clear is None or getattr(clear, "keeps_planner_callbacks", False):
+        return
+
+    def clear_keeping_ours() -> None:
+        clear()
+        handler.register_start_callback(_start)
+        handler.register_end_callback(_end)
+
+    clear_keeping_ours.keeps_planner_callbacks = True  # type: ignore[attr-defined]
+    try:
+        handler.clear = clear_keeping_ours
+    except (AttributeError, TypeError):  # a handler that takes no attribute: as before
+        pass
 
 
 def _compiling() -> tuple[Any, Any] | None:

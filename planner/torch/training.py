@@ -27,6 +27,7 @@ plan and executor of its own on first use, the run's state handed between them
 from __future__ import annotations
 
 import math
+import operator
 import os
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from planner.importers.torch.context import TorchImportError
 from planner.importers.torch.convert import TorchImport, convert
 from planner.importers.torch.quiet_log import quiet_torch_logs
 from planner.torch.export_watch import (
+    checkpoint_writes,
     custom_gradients,
     export_failed,
     frozen_calls,
@@ -79,7 +81,8 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             self.model = model
 
         def forward(self, *args: Any) -> Any:
-            buffers = [(m, dict(m._buffers)) for m in self.model.modules()]
+            before = [(m, dict(m._buffers)) for m in self.model.modules()], \
+                python_numbers(self.model)
             if loss is None:
                 out = self.model(*args)
             else:
@@ -87,10 +90,10 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
                 # output), evaluate() both (the evaluation graph keeps the training graph's).
                 out = self.model(*args[:-1])
                 out = loss(out, args[-1]), out
-            refusals.extend(reassigned(buffers))
+            refusals.extend(reassigned(before[0]) + rewritten(before[1]))
             return out
 
-    refusals: list[str] = []  # buffers reassigned to another shape or dtype
+    refusals: list[str] = []  # buffers reassigned to another shape, Python numbers written
     wrapped = WithLoss(module)
     # The wrapper's own flag only: .train() would set every submodule's (an eval() teacher).
     wrapped.training = module.training
@@ -108,7 +111,7 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
             raise (gradients_taken(watch, name) or hooks_registered(watch, name)
                    or export_failed(e, watch, name)) from None
     refusal = (gradients_taken(watch, name) or hooks_registered(watch, name)
-               or custom_gradients(watch, name))
+               or custom_gradients(watch, name) or checkpoint_writes(watch, name))
     if refusal is not None:
         raise refusal
     if refusals:
@@ -116,6 +119,70 @@ def export(module: Any, inputs: Sequence[Any], loss: Callable | None, labels: An
     for line in frozen_calls(watch, name):
         warnings.warn(line, UserWarning, stacklevel=3)
     return program
+
+
+def python_numbers(model: Any) -> list[tuple[str, Any, dict[str, Any], Any, Any]]:
+    """(path, module, its Python number attributes (int, float, bool), a getter of their
+    values from the module's __dict__, their values so got) of every submodule: what
+    `rewritten` and `changed_numbers` compare against (the getter compares a module's values
+    at once: 1200 modules in ~0.3 ms a step)."""
+    out = []
+    for path, m in model.named_modules():
+        before = {k: v for k, v in vars(m).items()
+                  if isinstance(v, int | float) and not k.startswith("__")}
+        if before:
+            get = operator.itemgetter(*before)
+            out.append((path, m, before, get, get(before)))
+    return out
+
+
+def changed_numbers(numbers: Sequence[tuple[str, Any, dict[str, Any], Any, Any]],
+                    modes: bool) -> str:
+    """The first Python number of the module set since the trace (`model.temperature = 0.5`
+    between steps, a DANN lambda's schedule, `model.bn.eval()` to freeze BatchNorm), said in
+    one line, or "": the step computes with the traced value, where PyTorch's reads the new
+    one. `modes`: train()/eval() flags count too (not for evaluate, eval() by definition)."""
+    for path, module, before, get, values in numbers:
+        try:  # the common case: nothing changed
+            if get(vars(module)) == values:
+                continue
+        except KeyError:  # an attribute deleted: looked at one by one below
+            pass
+        for name, old in before.items():
+            new = vars(module).get(name, old)
+            if new == old or (name == "training" and not modes):
+                continue
+            where = f"{path}.{name}" if path else name
+            if name == "training":
+                return (f"{where!r} ({type(module).__name__}'s train()/eval() mode) is {new!r}, "
+                        f"not the {old!r} the step was traced in: make a trainer of the module "
+                        f"in the mode wanted (t.evaluate runs eval())")
+            return (f"{where!r} of {type(module).__name__} is {new!r}, not the {old!r} the "
+                    f"step was traced with (torch.export froze the value the forward reads): "
+                    f"pass it to the module as an input tensor, or make a new trainer")
+    return ""
+
+
+def rewritten(numbers: Sequence[tuple[str, Any, dict[str, Any], Any, Any]]) -> list[str]:
+    """Python numbers the forward wrote (`self.calls += 1` read into a temperature schedule):
+    torch.export runs the forward once, so every step would compute with the value it read at
+    trace time, where PyTorch's reads the new one each step. Each is put back (the trainer
+    leaves the module as it found it) and refused, naming the module and attribute."""
+    refusals = []
+    for path, module, before, _, _ in numbers:
+        for name, old in before.items():
+            new = vars(module).get(name, old)
+            if not isinstance(new, int | float) or new == old:  # a SymInt: no guard made
+                continue
+            setattr(module, name, old)
+            where = f"{path}.{name}" if path else name
+            refusals.append(f"forward writes the Python attribute {where!r} of "
+                            f"{type(module).__name__} ({old!r} -> {new!r}): torch.export runs "
+                            f"the forward once, so every step would read its traced value; keep "
+                            f"it in a buffer updated in place (self.{name}.add_(1)) and compute "
+                            f"from it with torch ops, or use torch.compile(model, "
+                            f"backend='planner'), which traces it again as it changes")
+    return refusals
 
 
 def reassigned(buffers: Sequence[tuple[Any, dict[str, Any]]]) -> list[str]:
@@ -160,8 +227,10 @@ class Trainer:
     def __init__(self, imported: TorchImport, graph: Any, executor: Any, module_keys: Sequence[str],
                  start: Mapping[str, Any], aliases: Mapping[str, str] | None = None,
                  plan: Any = None, shapes: Shapes | None = None,
-                 optimizer: Any = None, ranks: int = 1) -> None:
+                 optimizer: Any = None, ranks: int = 1, module: Any = None) -> None:
         self.imported = imported
+        # The module's Python numbers as traced (torch.export froze what the forward read)
+        self._numbers = python_numbers(module) if module is not None else []
         self.graph = graph
         self.plan = plan  # the Plan it runs (its summary: predicted step, what priced it)
         self.executor = executor  # the first shapes' executor: it holds the run between calls
@@ -191,6 +260,9 @@ class Trainer:
             self._compiled = compiled(optimizer, self._cycle)
 
     def _arrays(self, inputs: Sequence[Any], what: str) -> list[np.ndarray]:
+        changed = changed_numbers(self._numbers, modes=what != "evaluate")
+        if changed:
+            raise ValueError(f"trainer: {what}: {changed}")
         if len(inputs) != len(self._feeds):
             raise ValueError(f"{what} takes {len(self._feeds)} arrays (the module's inputs, "
                              f"then the labels), got {len(inputs)}")
@@ -485,7 +557,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     """
     recipe = _recipe(module, loss, optimizer, lr, target, out_dir, accumulate, costs, adaptive,
                      data_parallel, settings)
-    examples = (*example_inputs, labels) if loss is not None else tuple(example_inputs)
+    examples = _examples(example_inputs, labels, loss is not None)
     declared = [_declared(d, examples) for d in shapes]
     planned = _first_planned(recipe, examples, declared)
     # Seconds (18 s for six encoder layers, busy 2-core VM): said, as later new shapes are.
@@ -498,7 +570,7 @@ def trainer(module: Any, example_inputs: Sequence[Any], loss: Callable | None,
     run = _shapes(recipe, first, shape_cache, planned, traced)
     t = Trainer(first.imported, first.graph, first.executor, list(state), start, aliases,
                 first.plan, run, None if isinstance(optimizer, str) else optimizer,
-                ranks=recipe.ranks)
+                ranks=recipe.ranks, module=module)
     for arrays in (a for a in (examples, *declared) if a is not planned):
         run.add(t._arrays(arrays, "shapes"))
     return t
@@ -575,6 +647,22 @@ def _first_buckets(recipe: Recipe, first: Built) -> Recipe:
         return recipe
     return replace(recipe, plan_options=recipe.plan_options.model_copy(update={
         "data_parallel": dp.model_copy(update={"bucket_bytes": chosen})}))
+
+
+def _examples(inputs: Sequence[Any], labels: Any, with_labels: bool) -> tuple[Any, ...]:
+    """The module's example inputs, then the labels where a loss takes them. Each step feeds
+    one array per example: a tuple, list or dict (multi-task targets `(classes, boxes)`, an
+    LSTM's `(h, c)`) is refused naming it, rather than failing deep in the planning."""
+    examples = (*inputs, labels) if with_labels else tuple(inputs)
+    for k, v in enumerate(examples):
+        if isinstance(v, tuple | list | dict):
+            what = "labels" if with_labels and k == len(examples) - 1 else f"input {k}"
+            raise ValueError(f"trainer: {what} is a {type(v).__name__} of {len(v)}; the step "
+                             f"feeds one tensor per input and one labels tensor: pass each "
+                             f"tensor as an input of its own (the loss can then be computed "
+                             f"in the module, returned first, with loss=None), or stack them "
+                             f"into one tensor")
+    return examples
 
 
 def _recipe(module: Any, loss: Callable | None, optimizer: Any, lr: float | None, target: str,
