@@ -253,8 +253,10 @@ def realiased(outs: Any, aliases: Sequence[tuple[int, int, tuple, tuple, int]]) 
 def _signature(a: Any) -> Any:
     import torch
 
-    if isinstance(a, torch.Tensor):  # (hashable as they are: a call keys hundreds of arguments)
-        return ("tensor", a.shape, a.dtype, a.device.type)
+    if isinstance(a, torch.Tensor):
+        # Hashable as they are (a call keys hundreds of arguments): the device itself, not
+        # its type's string, which torch makes anew at each read.
+        return ("tensor", a.shape, a.dtype, a.device)
     return ("value", repr(a))
 
 
@@ -574,6 +576,9 @@ class _Training:
         returned = set(split.backward.outputs)
         self.grad_views = tuple(dict.fromkeys(g for g in split.grads.values() if g in returned))
         self._leaves: tuple[weakref.ref, ...] = ()
+        # What the backward executor is fed (a set over its graph's tensors: hundreds, once).
+        self.backward_feeds = frozenset(t.name for t in split.backward.tensors
+                                        if t.role in FEEDS)
         _RUNS.add(self)
 
     def leaves_of(self, args: Sequence[Any]) -> tuple[weakref.ref, ...]:
@@ -721,7 +726,7 @@ def _backward(ctx: Any, grad_outs: tuple) -> Any:
     # Each incoming gradient in its output's dtype (bfloat16 under autocast).
     feeds.update({s: _in_place(g.to(_torch_dtype(split.backward.tensor(s).dtype)))
                   for s, g in seeds.items() if s in split.backward.tensor_map})
-    wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
+    wanted = run.backward_feeds
     out: dict[str, Any] = {}
     if run.backward is not None:
         # Each gradient a view of the leased arena, holding it while it lives: the
