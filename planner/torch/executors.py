@@ -487,7 +487,8 @@ class ExecutorPool:
         # Reentrant: a view freed by a collection inside lease() returns its lease here.
         self._lock = ForkLock(reentrant=True)
         self.size = 0  # executors made
-        self._out: set[Lease] = set()  # leases not yet ended (Lease._drops says why)
+        # The leases not yet ended, each with its kept arrays' weak references (Lease).
+        self._out: dict[Lease, list[weakref.ref]] = {}
 
     def lease(self) -> Lease:
         if self._slots is not None:
@@ -566,13 +567,11 @@ class Lease:
         self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
         self._arrays: list[dict[str, Any]] = []  # what anchor() holds, for release()
         self._leaves: Sequence[weakref.ref] = ()  # whose .grad may be what kept() gave
-        # One weak reference per kept array, its callback the lease's one `_dropped` (a
-        # finalizer each was four objects the cyclic collector tracks, per gradient and step:
-        # a model's hundreds of gradients made its full collections come every few dozen
-        # steps). The pool holds the lease while any is alive (the callbacks need it).
-        self._drops: list[weakref.ref] = []
-        self._dropped = lambda _ref: self._end()
-        pool._out.add(self)
+        # One weak reference per kept array, calling _dropped (a finalizer each was four
+        # objects the cyclic collector tracks, per gradient and step: a model's hundreds of
+        # gradients made its full collections come every few dozen steps). The pool holds
+        # them, and so the lease, until the lease ends (no cycle through the lease).
+        pool._out[self] = []
 
     def kept(self, value: Any) -> Any:
         """`value` (an array of this call, a view of the executor's arena or a copy) as a torch
@@ -587,7 +586,7 @@ class Lease:
         held = a.view(np.uint16) if bf16 else a
         with self._lock:
             self._holds += 1
-            self._drops.append(weakref.ref(held, self._dropped))
+            self.pool._out[self].append(weakref.ref(held, self._dropped))
         t = torch.from_numpy(held)
         t = t.view(torch.bfloat16) if bf16 else t
         if not self._tensors:
@@ -640,9 +639,11 @@ class Lease:
             self._holds -= 1
             done = self._holds == 0
         if done:
-            self._drops.clear()
-            self.pool._out.discard(self)
+            self.pool._out.pop(self, None)
             self.pool._give_back(self.ex, self.slot)
+
+    def _dropped(self, _ref: weakref.ref) -> None:
+        self._end()  # a kept array freed
 
 
 def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:
