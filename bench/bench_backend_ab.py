@@ -37,6 +37,7 @@ def child(model: str, steps: int, costs: str | None) -> None:
 
     # planner from the tree (PYTHONPATH) before bench/cpu_modules.py puts this checkout first
     # on sys.path (for tests.importers.fresh_models): otherwise both trees ran this one.
+    import codegen  # noqa: F401  (the planner's own builder, from the same tree)
     import planner.torch  # noqa: F401  (registers the backend)
     from planner.torch.lane_choice import MEASURED
     from planner.torch.piece import PlannerFallback
