@@ -5,6 +5,7 @@ with each model's step times, ours against theirs, and the geometric means.
 
     python bench/bench_fixed_set.py [--neighbours 0,4] [--rounds 3] [--steps 10]
                                     [--models NAME,...] [--quick] [--costs measured|in-step]
+                                    [--engines trainer,backend]
 
 The set (SET, fixed so that runs compare): the nn.Module table (bench/cpu_modules.py's
 MODULES), two of the CPU strategies table's models as nn.Module twins (bench/zoo_modules.py at
@@ -128,7 +129,8 @@ def measure(label: str, folder: Path, names: tuple[str, ...], conditions: list[s
                         times[c, e].append(timed(runs[e], e, steps, batches))
                     loads[c].append(os.getloadavg()[0])
                     for e in OURS:  # the last round's
-                        what_ran[c, e] = runs[e].report().split(" ", 1)[1]
+                        if e in runs:
+                            what_ran[c, e] = runs[e].report().split(" ", 1)[1]
                 finally:
                     for p in procs:
                         p.kill()
@@ -154,7 +156,7 @@ def ratio_columns(names: tuple[str, ...], threads: tuple[int, ...]) -> list[tupl
     default = max(threads)
     theirs = [f"eager {default}t", f"inductor {default}t", "best"]
     return [(t, o) for o in OURS if o in names for t in theirs
-            if t == "best" or t in names]
+            if (t == "best" and any(e not in OURS for e in names)) or t in names]
 
 
 def table(rows: dict[str, dict[str, float]], loads: dict[str, float],
@@ -167,7 +169,7 @@ def table(rows: dict[str, dict[str, float]], loads: dict[str, float],
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     ratios: dict[tuple[str, str], list[float]] = {c: [] for c in cols}
     for label, ms in rows.items():
-        best = min(ms[e] for e in pytorch)
+        best = min((ms[e] for e in pytorch), default=math.nan)  # (--engines: none of them)
         cells = [label, *(f"{ms[e] * 1e3:.1f}" for e in names)]
         for t, o in cols:
             r = (best if t == "best" else ms[t]) / ms[o]
@@ -192,7 +194,8 @@ def report(results: dict[str, dict], conditions: list[str], names: tuple[str, ..
                 table({m: r["medians"][c] for m, r in results.items()},
                       {m: statistics.median(r["loads"][c]) for m, r in results.items()},
                       names, threads), "", "what ours ran (the last round):", ""]
-        out += [f"- {m} {e}: {r['ran'][c, e]}" for m, r in results.items() for e in OURS]
+        out += [f"- {m} {e}: {r['ran'][c, e]}" for m, r in results.items() for e in OURS
+                if e in names]
     out += ["", "first step, s (building or compiling included):", "",
             "| model | " + " | ".join(names) + " |", "|" + " --- |" * (len(names) + 1)]
     out += ["| " + " | ".join([m, *(f"{r['firsts'][e]:.1f}" for e in names)]) + " |"
@@ -212,6 +215,8 @@ def arguments() -> argparse.Namespace:
                     help="PyTorch's thread counts (eager and Inductor each)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--engines", help="only these engines, comma-separated (default: all; "
+                    "e.g. trainer,backend: an A/B of ours without PyTorch's compiles)")
     ap.add_argument("--costs", choices=("measured", "in-step"), default="measured",
                     help="what the trainer's and the backend's plans are priced with")
     args = ap.parse_args()
@@ -225,6 +230,10 @@ def arguments() -> argparse.Namespace:
             sys.exit(f"--neighbours: {n!r} is neither a count nor loaderW")
     if not all(t.isdigit() and int(t) > 0 for t in args.threads.split(",")):
         sys.exit(f"--threads: {args.threads!r} is not a list of thread counts")
+    known_engines = engines(tuple(sorted({int(t) for t in args.threads.split(",")})))
+    for e in (args.engines or "").split(",") if args.engines else ():
+        if e not in known_engines:
+            sys.exit(f"--engines: unknown engine {e!r} (one of {', '.join(known_engines)})")
     return args
 
 
@@ -232,6 +241,8 @@ def main() -> None:
     args = arguments()
     threads = tuple(sorted({int(t) for t in args.threads.split(",")}))
     names, conditions = engines(threads), args.neighbours.split(",")
+    if args.engines:
+        names = tuple(e for e in names if e in args.engines.split(","))
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-fixed-set-") as work:
         for label in args.models:

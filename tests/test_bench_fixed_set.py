@@ -59,10 +59,22 @@ def test_the_table_gives_theirs_over_ours_and_their_geometric_means(bench):
         assert float(means[col]) == pytest.approx(math.sqrt(rs[0] * rs[1]), abs=0.005)
 
 
+def test_ours_alone_give_their_times_and_no_ratio(bench):
+    """--engines trainer,backend (an A/B of ours without PyTorch's compiles): the two
+    engines' columns, no ratio column (nothing of theirs to divide), no `best`."""
+    names = ("trainer", "backend")
+    rows = {"a": {"trainer": 0.010, "backend": 0.0205}}
+    lines = bench.table(rows, {"a": 0.5}, names, (1, 2)).splitlines()
+    assert _cells(lines[0]) == ["model", "trainer ms", "backend ms", "load"]
+    assert _cells(lines[2]) == ["a", "10.0", "20.5", "0.50"]
+    assert _cells(lines[3]) == ["geomean", "", "", ""]
+
+
 @pytest.mark.parametrize(("argv", "error"), [
     (["--models", "nope"], "--models: unknown model 'nope'"),
     (["--neighbours", "0,loaders"], "--neighbours: 'loaders' is neither a count nor loaderW"),
-    (["--threads", "1,x"], "--threads: '1,x' is not a list of thread counts")])
+    (["--threads", "1,x"], "--threads: '1,x' is not a list of thread counts"),
+    (["--engines", "backend,eager 3t"], "--engines: unknown engine 'eager 3t'")])
 def test_bad_arguments_are_one_line_errors(bench, monkeypatch, argv, error):
     monkeypatch.setattr(sys, "argv", [str(BENCH), *argv])
     with pytest.raises(SystemExit) as exit_:

@@ -265,3 +265,38 @@ def test_saved_tensor_hooks_see_every_saved_activation(hooks):
         assert packed and 0 not in packed  # every activation, and no empty anchor
     for name, want in grads(ref, ref).items():
         assert_close(got[name], want, name)
+
+
+def test_a_loops_gradients_hold_their_arena_without_a_finalizer_each_and_share_the_leaves():
+    """What a call leaves alive per parameter is its gradient and one weak reference holding
+    the lease (Lease.kept): no finalizer each (four objects the cyclic collector tracks, per
+    gradient and step), and the leaves' weak references are the planned call's, made once
+    for a loop's calls (the same parameters each step). The arena is still held while a
+    gradient lives and let go when the last one is freed, and the gradients equal eager's."""
+    import weakref
+
+    model, ref, compiled, before = made(37)
+    torch.manual_seed(6)
+    x = torch.randn(5, 7)
+    compiled(x).square().mean().backward()  # the first call: planning's own finalizers
+    ref(x).square().mean().backward()
+    model.zero_grad()
+    ref.zero_grad()
+    nodes = []
+    for step in range(3):
+        x = torch.randn(5, 7)
+        finalizers = len(weakref.finalize._registry)
+        out = compiled(x)
+        nodes.append(out.grad_fn)
+        out.square().mean().backward()
+        ref(x).square().mean().backward()
+        backward = new_pools(before)[1]
+        assert (backward.size, len(backward.idle())) == (1, 0), "the gradients hold the arena"
+        assert len(weakref.finalize._registry) == finalizers, f"step {step}: a finalizer kept"
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            assert_close(p.grad, q.grad, f"step {step} {name}")
+        model.zero_grad()  # set_to_none: the last gradient freed returns the arena
+        ref.zero_grad()
+        assert (backward.size, len(backward.idle())) == (1, 1), f"step {step}: not returned"
+    assert nodes[0].leaves is nodes[1].leaves is nodes[2].leaves
+    assert {id(r()) for r in nodes[0].leaves} == {id(p) for p in model.parameters()}

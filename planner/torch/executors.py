@@ -487,6 +487,8 @@ class ExecutorPool:
         # Reentrant: a view freed by a collection inside lease() returns its lease here.
         self._lock = ForkLock(reentrant=True)
         self.size = 0  # executors made
+        # The leases not yet ended, each with its kept arrays' weak references (Lease).
+        self._out: dict[Lease, list[weakref.ref]] = {}
 
     def lease(self) -> Lease:
         if self._slots is not None:
@@ -564,7 +566,12 @@ class Lease:
         self._lock = ForkLock(reentrant=True)
         self._tensors: list[weakref.ref] = []  # what kept() gave, for release()
         self._arrays: list[dict[str, Any]] = []  # what anchor() holds, for release()
-        self._leaves: list[weakref.ref] = []  # whose .grad may be what kept() gave
+        self._leaves: Sequence[weakref.ref] = ()  # whose .grad may be what kept() gave
+        # One weak reference per kept array, calling _dropped (a finalizer each was four
+        # objects the cyclic collector tracks, per gradient and step: mobilenet_v2's 160
+        # gradients, a third of its young collections). The pool holds them, and so the
+        # lease, until the lease ends (no cycle through the lease).
+        pool._out[self] = []
 
     def kept(self, value: Any) -> Any:
         """`value` (an array of this call, a view of the executor's arena or a copy) as a torch
@@ -579,8 +586,7 @@ class Lease:
         held = a.view(np.uint16) if bf16 else a
         with self._lock:
             self._holds += 1
-        end = weakref.finalize(held, self._end)
-        end.atexit = False  # the interpreter's end frees the executors itself
+            self.pool._out[self].append(weakref.ref(held, self._dropped))
         t = torch.from_numpy(held)
         t = t.view(torch.bfloat16) if bf16 else t
         if not self._tensors:
@@ -602,11 +608,12 @@ class Lease:
         end.atexit = False
         return anchor
 
-    def gradients_of(self, leaves: list[weakref.ref]) -> None:
+    def gradients_of(self, leaves: Sequence[weakref.ref]) -> None:
         """The tensors whose `.grad` autograd may make of the tensors kept() gave (it takes a
         gradient as it is where it can: the tensor kept() made is then gone, its memory not),
-        for release()."""
-        self._leaves.extend(leaves)
+        for release(): weak references, a tuple a planned call shares between its calls
+        (piece.py's _Training.leaves_of)."""
+        self._leaves = leaves
 
     def close(self) -> None:
         """The call's own hold ended (its arrays are kept, or the call failed)."""
@@ -632,7 +639,11 @@ class Lease:
             self._holds -= 1
             done = self._holds == 0
         if done:
+            self.pool._out.pop(self, None)
             self.pool._give_back(self.ex, self.slot)
+
+    def _dropped(self, _ref: weakref.ref) -> None:
+        self._end()  # a kept array freed
 
 
 def _content_key(graph: Any, consts: dict[str, np.ndarray], options: BackendOptions) -> str:

@@ -253,8 +253,10 @@ def realiased(outs: Any, aliases: Sequence[tuple[int, int, tuple, tuple, int]]) 
 def _signature(a: Any) -> Any:
     import torch
 
-    if isinstance(a, torch.Tensor):  # (hashable as they are: a call keys hundreds of arguments)
-        return ("tensor", a.shape, a.dtype, a.device.type)
+    if isinstance(a, torch.Tensor):
+        # Hashable as they are (a call keys hundreds of arguments): the device itself, not
+        # its type's string, which torch makes anew at each read.
+        return ("tensor", a.shape, a.dtype, a.device)
     return ("value", repr(a))
 
 
@@ -573,7 +575,22 @@ class _Training:
         # memory, each step). Autograd makes them the `.grad`s or adds them into those.
         returned = set(split.backward.outputs)
         self.grad_views = tuple(dict.fromkeys(g for g in split.grads.values() if g in returned))
+        self._leaves: tuple[weakref.ref, ...] = ()
+        # What the backward executor is fed (a set over its graph's tensors: hundreds, once).
+        self.backward_feeds = frozenset(t.name for t in split.backward.tensors
+                                        if t.role in FEEDS)
         _RUNS.add(self)
+
+    def leaves_of(self, args: Sequence[Any]) -> tuple[weakref.ref, ...]:
+        """Weak references to the leaves among `args` that need a gradient: the last call's,
+        where they are the same tensors (a training loop's parameters, step after step), so
+        a call makes none (each is an object the cyclic collector tracks)."""
+        leaves = [a for a, need in zip(args, self.needs, strict=True) if need and a.is_leaf]
+        kept = self._leaves
+        if len(kept) != len(leaves) or any(r() is not a for r, a in zip(kept, leaves,
+                                                                          strict=True)):
+            kept = self._leaves = tuple(weakref.ref(a) for a in leaves)
+        return kept
 
     def release(self) -> None:
         self.forward = self.backward = None
@@ -585,14 +602,10 @@ class _Training:
                 pool.let_go()
 
     def __call__(self, args: Sequence[Any]) -> tuple:
-        import torch
-
         n_out = len(self.piece.outputs)
         result = _Step.apply(self, *args)
         outs, mutations = result[:n_out], result[n_out:]
-        with torch.no_grad():
-            for (k, _), value in zip(self.piece.mutations, mutations, strict=True):
-                args[k].copy_(value)
+        _copied_into([args[k] for k, _ in self.piece.mutations], mutations)
         return tuple(outs)
 
 
@@ -656,8 +669,7 @@ def _forward(ctx: Any, run: _Training, args: tuple) -> Any:
         lease.close()
     ctx.run = run
     # (the leaves whose .grad the backward's views may become: Lease.gradients_of)
-    ctx.leaves = [weakref.ref(a) for a, need in zip(args, run.needs, strict=True)
-                  if need and a.is_leaf]
+    ctx.leaves = run.leaves_of(args)
     ctx.draws = given.get(RNG_STEP)  # the backward's Dropout redraws this call's masks
     ctx.save_for_backward(*(args[k].detach().clone() if k in run.written else args[k]
                             for k in run.read), *saved)
@@ -714,7 +726,7 @@ def _backward(ctx: Any, grad_outs: tuple) -> Any:
     # Each incoming gradient in its output's dtype (bfloat16 under autocast).
     feeds.update({s: _in_place(g.to(_torch_dtype(split.backward.tensor(s).dtype)))
                   for s, g in seeds.items() if s in split.backward.tensor_map})
-    wanted = {t.name for t in split.backward.tensors if t.role in FEEDS}
+    wanted = run.backward_feeds
     out: dict[str, Any] = {}
     if run.backward is not None:
         # Each gradient a view of the leased arena, holding it while it lives: the
@@ -760,11 +772,18 @@ def _torch_dtype(dtype: str) -> Any:
 
 
 def _write_back(args: Sequence[Any], mutations: Sequence[tuple[int, str]], out: Any) -> None:
+    _copied_into([args[k] for k, _ in mutations], [as_torch(out[t]) for _, t in mutations])
+
+
+def _copied_into(targets: Sequence[Any], values: Sequence[Any]) -> None:
+    """Each value copied into its argument (the graph's writes: BatchNorm's running
+    statistics), in one call (a model's 150 buffers one copy_ at a time were 150 dispatches
+    each step)."""
     import torch
 
-    with torch.no_grad():
-        for k, t in mutations:
-            args[k].copy_(as_torch(out[t]))
+    if targets:
+        with torch.no_grad():
+            torch._foreach_copy_(list(targets), list(values))
 
 
 def _reached(graph: Any, wrt: set[str]) -> set[str]:
