@@ -82,7 +82,9 @@ class Outcome:
 
 # ---- the programs' modules, losses and data ----------------------------------------------------
 
-def _seeded(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+def seeded(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    """`make` with torch's seed set first, the module in train() mode."""
+
     def made() -> nn.Module:
         torch.manual_seed(0)
         return make().train()
@@ -284,51 +286,51 @@ def _warmup(opt, steps: int = 3):
 
 
 PROGRAMS = [
-    Program("cnn_onecycle_nesterov", _seeded(SmallCNN),
+    Program("cnn_onecycle_nesterov", seeded(SmallCNN),
             lambda g: ((torch.randn(BATCH, 1, 8, 8, generator=g),),
                        torch.randint(0, 5, (BATCH,), generator=g)),
             F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, nesterov=True),
             lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=20)),
-    Program("lm_adamw_warmup_clip", _seeded(TinyLM), _lm_data, lm_loss,
+    Program("lm_adamw_warmup_clip", seeded(TinyLM), _lm_data, lm_loss,
             lambda m: torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.95),
                                         weight_decay=0.1),
             _warmup, clip=1.0),
-    Program("autoencoder_mse", _seeded(AutoEncoder),
+    Program("autoencoder_mse", seeded(AutoEncoder),
             lambda g: (lambda x: ((x,), x))(torch.randn(BATCH, 12, generator=g)), F.mse_loss,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("siamese_contrastive", _seeded(Siamese), _pairs, contrastive,
+    Program("siamese_contrastive", seeded(Siamese), _pairs, contrastive,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5)),
-    Program("multitask_two_losses", _seeded(MultiTask), _multitask_data, multitask_loss,
+    Program("multitask_two_losses", seeded(MultiTask), _multitask_data, multitask_loss,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("frozen_embedding_head", _seeded(FrozenEmbedding),
+    Program("frozen_embedding_head", seeded(FrozenEmbedding),
             lambda g: ((torch.randint(0, 30, (BATCH, 5), generator=g),),
                        torch.randint(0, 3, (BATCH,), generator=g)),
             F.cross_entropy,
             lambda m: torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1,
                                       momentum=0.9)),
-    Program("tabular_dropout_decay_groups", _seeded(TabularMLP),
+    Program("tabular_dropout_decay_groups", seeded(TabularMLP),
             lambda g: _classes(g, 14, 2), F.cross_entropy, _decay_groups, dropout=(0.2, 0.1)),
-    Program("label_smoothing_ce", _seeded(lambda: _mlp()), _classes,
+    Program("label_smoothing_ce", seeded(lambda: _mlp()), _classes,
             lambda out, y: F.cross_entropy(out, y, label_smoothing=0.1),
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1)),
-    Program("grad_accumulation_4", _seeded(lambda: _mlp()), _classes, F.cross_entropy,
+    Program("grad_accumulation_4", seeded(lambda: _mlp()), _classes, F.cross_entropy,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01), accumulate=4),
-    Program("steplr_momentum", _seeded(lambda: _mlp()), _classes, F.cross_entropy,
+    Program("steplr_momentum", seeded(lambda: _mlp()), _classes, F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9,
                                       weight_decay=1e-3),
             lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)),
-    Program("user_ema_of_weights", _seeded(lambda: _mlp()), _classes, F.cross_entropy,
+    Program("user_ema_of_weights", seeded(lambda: _mlp()), _classes, F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1), ema=0.9),
-    Program("vae_fed_noise", _seeded(VAE), _vae_data, vae_loss,
+    Program("vae_fed_noise", seeded(VAE), _vae_data, vae_loss,
             lambda m: torch.optim.Adam(m.parameters(), lr=3e-3)),
-    Program("mixup_fed_lambda", _seeded(Mixup), _mixup_data, soft_ce,
+    Program("mixup_fed_lambda", seeded(Mixup), _mixup_data, soft_ce,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1)),
-    Program("focal_loss", _seeded(lambda: _mlp()), _classes, focal,
+    Program("focal_loss", seeded(lambda: _mlp()), _classes, focal,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("batchnorm_mlp_eval_validation", _seeded(NormMLP), _classes, F.cross_entropy,
+    Program("batchnorm_mlp_eval_validation", seeded(NormMLP), _classes, F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), validate=True),
-    Program("adamw_onecycle_betas", _seeded(lambda: _mlp()), _classes, F.cross_entropy,
+    Program("adamw_onecycle_betas", seeded(lambda: _mlp()), _classes, F.cross_entropy,
             lambda m: torch.optim.AdamW(m.parameters(), lr=0.01),
             lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.02, total_steps=20)),
 ]
@@ -340,11 +342,11 @@ def _momentum_by_hand(opt: torch.optim.Optimizer, k: int) -> None:
 
 
 PROGRAMS += [
-    Program("cycliclr_sgd_momentum", _seeded(lambda: _mlp()), _classes, F.cross_entropy,
+    Program("cycliclr_sgd_momentum", seeded(lambda: _mlp()), _classes, F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
             lambda o: torch.optim.lr_scheduler.CyclicLR(o, base_lr=0.01, max_lr=0.1,
                                                         step_size_up=2)),
-    Program("momentum_set_by_hand", _seeded(lambda: _mlp()), _classes, F.cross_entropy,
+    Program("momentum_set_by_hand", seeded(lambda: _mlp()), _classes, F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5),
             adjust=_momentum_by_hand),
 ]

@@ -38,6 +38,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from bench.semantics_sweep import seeded
+
 EPS32 = float(np.finfo(np.float32).eps)
 EPS_BF16 = 2.0 ** -8
 BATCH = 6
@@ -78,13 +80,6 @@ class Outcome:
     state: dict[str, np.ndarray]
     validation: list[float] = field(default_factory=list)
     seconds: float = 0.0
-
-
-def _seeded(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
-    def made() -> nn.Module:
-        torch.manual_seed(0)
-        return make().train()
-    return made
 
 
 # ---- 1. a GRU language model, truncated BPTT -----------------------------------------------
@@ -362,32 +357,32 @@ def _classes(g, shape, classes):
 
 
 PROGRAMS = [
-    Program("gru_lm_tbptt", _seeded(GRULM), _stream, _lm_loss,
+    Program("gru_lm_tbptt", seeded(GRULM), _stream, _lm_loss,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01), clip=0.5, carry={1: 1}),
-    Program("nanogpt_mask_buffer_tied", _seeded(NanoGPT), _gpt_data, _gpt_loss, _nanogpt_groups),
-    Program("conv1d_accumulate_clip_nesterov_groups", _seeded(Conv1dNet),
+    Program("nanogpt_mask_buffer_tied", seeded(NanoGPT), _gpt_data, _gpt_loss, _nanogpt_groups),
+    Program("conv1d_accumulate_clip_nesterov_groups", seeded(Conv1dNet),
             lambda g: _classes(g, (BATCH // 2, 2, 12), 4), F.cross_entropy, _two_lr_nesterov,
             lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5), clip=1.0,
             accumulate=3),
-    Program("batchnorm_validate_every_step", _seeded(BNNet),
+    Program("batchnorm_validate_every_step", seeded(BNNet),
             lambda g: _classes(g, (BATCH, 3, 6, 6), 3), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), validate=True),
-    Program("unet_convtranspose_ignore_255", _seeded(TinyUNet), _seg_data,
+    Program("unet_convtranspose_ignore_255", seeded(TinyUNet), _seg_data,
             lambda out, y: F.cross_entropy(out, y, ignore_index=255),
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("diffusion_groupnorm_silu", _seeded(DiffusionBlock), _diffusion_data, F.mse_loss,
+    Program("diffusion_groupnorm_silu", seeded(DiffusionBlock), _diffusion_data, F.mse_loss,
             lambda m: torch.optim.AdamW(m.parameters(), lr=2e-3, weight_decay=0.01)),
-    Program("sparse_autoencoder_dict_l1", _seeded(SparseAE),
+    Program("sparse_autoencoder_dict_l1", seeded(SparseAE),
             lambda g: (lambda x: ((x,), x))(torch.randn(BATCH, 10, generator=g)), _sparse_loss,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5)),
-    Program("autocast_bf16_mlp", _seeded(AutocastMLP),
+    Program("autocast_bf16_mlp", seeded(AutocastMLP),
             lambda g: ((torch.randn(BATCH, 10, generator=g),), torch.randn(BATCH, 3,
                                                                              generator=g)),
             _autocast_mse, lambda m: torch.optim.Adam(m.parameters(), lr=0.01), autocast=True),
-    Program("mha_key_padding_mask", _seeded(PaddedTextClassifier), _padded_text,
+    Program("mha_key_padding_mask", seeded(PaddedTextClassifier), _padded_text,
             lambda out, y: F.cross_entropy(out, y, label_smoothing=0.05),
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("two_heads_huber_bce_pos_weight", _seeded(TwoHeads), _two_heads_data,
+    Program("two_heads_huber_bce_pos_weight", seeded(TwoHeads), _two_heads_data,
             _two_heads_loss, lambda m: torch.optim.Adam(m.parameters(), lr=0.01, amsgrad=True)),
 ]
 # ---- probes: features where a planner could go silently wrong ---------------------------------
@@ -611,50 +606,50 @@ def _roberta_ids(g):
 
 
 PROBES = [
-    Program("spectral_norm_hinge", _seeded(SpectralDisc),
+    Program("spectral_norm_hinge", seeded(SpectralDisc),
             lambda g: ((torch.randn(BATCH, 6, generator=g),),
                        torch.randint(0, 2, (BATCH,), generator=g).float()), _hinge_d,
             lambda m: torch.optim.Adam(m.parameters(), lr=2e-3, betas=(0.0, 0.9))),
-    Program("embedding_max_norm", _seeded(MaxNormEmbed),
+    Program("embedding_max_norm", seeded(MaxNormEmbed),
             lambda g: ((torch.randint(0, 12, (BATCH, 4), generator=g),),
                        torch.randint(0, 3, (BATCH,), generator=g)), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.5)),
-    Program("weight_norm_conv1d", _seeded(WeightNormConv),
+    Program("weight_norm_conv1d", seeded(WeightNormConv),
             lambda g: _classes(g, (BATCH, 3, 8), 2), F.cross_entropy,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("roberta_positions_inplace_interpolate", _seeded(RobertaPositions), _roberta_ids,
+    Program("roberta_positions_inplace_interpolate", seeded(RobertaPositions), _roberta_ids,
             F.cross_entropy, lambda m: torch.optim.AdamW(m.parameters(), lr=0.01)),
-    Program("ce_weight_smoothing_ignore", _seeded(lambda: nn.Sequential(nn.Linear(5, 3))),
+    Program("ce_weight_smoothing_ignore", seeded(lambda: nn.Sequential(nn.Linear(5, 3))),
             lambda g: _classes(g, (BATCH, 5), 3), _weighted_smooth_ce,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.3)),
-    Program("batch_hard_triplet_cdist", _seeded(Embed),
+    Program("batch_hard_triplet_cdist", seeded(Embed),
             lambda g: ((torch.randn(BATCH, 6, generator=g),),
                        torch.randint(0, 2, (BATCH,), generator=g)), batch_hard_triplet,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.1)),
-    Program("lstm_two_layers_carry_h_c", _seeded(LSTMCarry), _lstm_data,
+    Program("lstm_two_layers_carry_h_c", seeded(LSTMCarry), _lstm_data,
             lambda out, y: F.cross_entropy(out[0].reshape(-1, 3), y.reshape(-1)),
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01), carry={1: 1, 2: 2}),
-    Program("data_dependent_branch", _seeded(Branchy), lambda g: _classes(g, (BATCH, 6), 3),
+    Program("data_dependent_branch", seeded(Branchy), lambda g: _classes(g, (BATCH, 6), 3),
             F.cross_entropy, lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
-    Program("input_written_in_place", _seeded(InputInPlace),
+    Program("input_written_in_place", seeded(InputInPlace),
             lambda g: _classes(g, (BATCH, 6), 3), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
-    Program("python_counter_in_forward", _seeded(Annealed),
+    Program("python_counter_in_forward", seeded(Annealed),
             lambda g: _classes(g, (BATCH, 6), 3), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
-    Program("buffer_counter_in_forward", _seeded(AnnealedBuffer),
+    Program("buffer_counter_in_forward", seeded(AnnealedBuffer),
             lambda g: _classes(g, (BATCH, 6), 3), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
-    Program("activation_checkpoint", _seeded(Checkpointed),
+    Program("activation_checkpoint", seeded(Checkpointed),
             lambda g: _classes(g, (BATCH, 6), 3), F.cross_entropy,
             lambda m: torch.optim.Adam(m.parameters(), lr=0.01)),
-    Program("checkpoint_around_batchnorm", _seeded(CheckpointedNorm),
+    Program("checkpoint_around_batchnorm", seeded(CheckpointedNorm),
             lambda g: _classes(g, (BATCH, 6), 3), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
-    Program("gradient_reversal_hook", _seeded(GradientReversal),
+    Program("gradient_reversal_hook", seeded(GradientReversal),
             lambda g: _classes(g, (BATCH, 6), 3), F.cross_entropy,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
-    Program("ctc_loss", _seeded(CTCHead),
+    Program("ctc_loss", seeded(CTCHead),
             lambda g: ((torch.randn(6, 2, 4, generator=g),),
                        torch.randint(1, 5, (2, 2), generator=g)), _ctc,
             lambda m: torch.optim.SGD(m.parameters(), lr=0.2)),
