@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from codegen.artifacts import file_record, intact
 from codegen.backends import COMMON, RUNTIMES, TEMPLATES
@@ -349,17 +350,25 @@ def build_runtime(progress: Progress | None = None, sanitize: tuple[str, ...] = 
 _AHEAD: dict[str, threading.Thread] = {}
 
 
-def build_runtime_ahead(backend: str = "cpu") -> bool:
+def build_runtime_ahead(backend: str = "cpu", first: Callable[[], Any] | None = None) -> bool:
     """Start building `backend`'s runtime (its default architecture) in a thread of this
     process where this host has none yet, and return whether one was started: the doors call
     it first thing, so that a cold kernel library's minutes of compiler (a subprocess: the
     thread holds no GIL meanwhile) overlap their trace and planning, the 15-20 s before the
-    first package's build asked for it (issue 83: a cold first step). build_runtime waits for
-    it; the thread's own failure is not raised there but built again and raised by the build
+    first package's build asked for it (issue 83: a cold first step). `first` runs before a
+    build starts (not where none does): what must not share the CPUs with the compiler, the
+    host's peaks measured on a new host (planner.target.detect); where it fails, no build is
+    started (its error is the caller's to meet again). build_runtime waits for it;
+    the thread's own failure is not raised there but built again and raised by the build
     that needs the runtime."""
     held = _AHEAD.get(backend)
     if held is not None or kept_runtime(runtime_folder(backend), RUNTIMES[backend].module):
         return False
+    if first is not None:
+        try:
+            first()
+        except Exception:  # noqa: BLE001 - the caller's own path meets it again, where it would
+            return False
 
     def build() -> None:
         try:

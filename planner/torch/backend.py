@@ -30,16 +30,20 @@ def planner_backend(gm: Any, example_inputs: Any, options: dict[str, Any] | None
     callable Dynamo runs in its place. Options are checked here, at the first call of the
     compiled model; `mode=` (Inductor's) is refused as an unknown option."""
     from codegen.build import build_runtime_ahead
+    from planner.target.presets import load_target
     from planner.torch.piece import Piece
     from planner.torch.skipped import backend_called, install
 
-    build_runtime_ahead()  # a cold kernel library compiles while the graph is planned
     backend_called()  # this frame's compile planned something (planner/torch/skipped.py)
     install(planner_backend)  # again, after a torch._dynamo.reset()
     if unused:
         raise ValueError(f"torch.compile(backend='planner'): {sorted(unused)} are Inductor's; "
                          f"the planner's options go in options={{...}}")
-    return Piece(gm, f"planner_{next(_COUNT)}", BackendOptions.parse(options))
+    parsed = BackendOptions.parse(options)
+    # A cold kernel library compiles while the graph is planned; a new host's peaks are
+    # measured before it starts, not beside the compiler (the trainer's are, with its recipe).
+    build_runtime_ahead(first=lambda: load_target(parsed.target))
+    return Piece(gm, f"planner_{next(_COUNT)}", parsed)
 
 
 def register() -> None:

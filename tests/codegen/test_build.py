@@ -113,7 +113,27 @@ def test_no_build_is_started_ahead_where_the_runtime_is_kept(mlp_module, monkeyp
     import codegen.build as b
 
     monkeypatch.setattr(b, "_AHEAD", {})
-    assert b.build_runtime_ahead() is False and b._AHEAD == {}
+    ran: list[int] = []
+    assert b.build_runtime_ahead(first=lambda: ran.append(1)) is False
+    assert b._AHEAD == {} and ran == []  # nothing measured first either
+
+
+def test_what_runs_before_a_build_ahead_runs_first_and_its_failure_starts_none(
+        monkeypatch, tmp_path):
+    """A cache with no runtime: `first` (the doors' host measurement) runs before the build
+    would start; where it fails, no build starts (the caller meets the error again)."""
+    import codegen.build as b
+
+    monkeypatch.setenv("PLANNER_CACHE", str(tmp_path))
+    monkeypatch.setattr(b, "_AHEAD", {})
+    ran: list[int] = []
+
+    def fails() -> None:
+        ran.append(1)
+        raise ValueError("no such target")
+
+    assert b.build_runtime_ahead(first=fails) is False
+    assert ran == [1] and b._AHEAD == {} and not any(tmp_path.iterdir())
 
 
 def test_a_build_started_ahead_is_waited_for_and_its_runtime_used(mlp_module, monkeypatch):
